@@ -1,0 +1,37 @@
+#pragma once
+
+#include <exception>
+#include <string>
+#include <string_view>
+
+namespace cai {
+
+/// What went wrong, chosen so that each maps to one Python exception type.
+enum class Errc : int {
+  type_error,       ///< a value of the wrong type (Python TypeError)
+  value_error,      ///< a value of the right type that breaks a rule (ValueError)
+  index_error,      ///< an index or bound out of range (IndexError)
+  overflow,         ///< arithmetic on sizes or strides overflowed int64 (OverflowError)
+  not_implemented,  ///< valid input that cai does not support (NotImplementedError)
+  buffer_error,     ///< a DLPack exchange that cannot be honoured (BufferError)
+  device_error,     ///< the CUDA driver or the simulator failed (cai.DeviceError)
+  race,             ///< the simulator saw two unordered conflicting accesses (cai.RaceError)
+};
+
+/// The one exception type of the library. The message starts with the entry point or the
+/// key it concerns and says what was expected.
+class Error : public std::exception {
+ public:
+  Error(Errc code, std::string message) : code_(code), message_(std::move(message)) {}
+  Errc code() const noexcept { return code_; }
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  Errc code_;
+  std::string message_;
+};
+
+/// Throws Error; kept out of line so that call sites stay small.
+[[noreturn]] void throw_error(Errc code, std::string message);
+
+}  // namespace cai

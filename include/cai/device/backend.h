@@ -1,0 +1,121 @@
+#pragma once
+
+// The device layer: one interface over memory, streams, events and pointer attributes,
+// implemented by the CUDA driver API (loaded at run time) and by a CPU simulator.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace cai::device {
+
+/// A stream as the CUDA Array Interface writes it: 1 is the legacy default stream, 2 the
+/// per-thread default stream, any other value a CUstream. 0 is never a valid handle here.
+using StreamHandle = std::uint64_t;
+inline constexpr StreamHandle kLegacyDefaultStream = 1;
+inline constexpr StreamHandle kPerThreadDefaultStream = 2;
+
+/// An event created by a Backend (a CUevent, or a simulator event).
+using EventHandle = std::uint64_t;
+
+enum class MemoryKind : int {
+  unregistered = 0,  ///< memory the backend does not know (pageable host memory, foreign)
+  device = 1,        ///< device memory
+  pinned_host = 2,   ///< page-locked host memory, device accessible
+  managed = 3,       ///< unified (managed) memory
+};
+
+/// What the backend knows of any pointer, interior pointers included.
+struct PointerInfo {
+  MemoryKind kind = MemoryKind::unregistered;
+  int device = -1;                  ///< device ordinal, -1 when not device memory
+  std::uint64_t context = 0;        ///< CUcontext (or the simulator's context id)
+  bool host_accessible = false;     ///< may be dereferenced on the host
+  bool device_accessible = false;   ///< may be dereferenced in a kernel
+  std::uint64_t alloc_base = 0;     ///< start of the allocation containing the pointer
+  std::uint64_t alloc_size = 0;     ///< size in bytes of that allocation
+};
+
+struct DeviceProperties {
+  std::string name;
+  int ordinal = 0;
+  int compute_major = 0, compute_minor = 0;
+  std::uint64_t total_memory = 0;
+  int multiprocessors = 0;
+};
+
+/// Element types the built-in kernels (fill, add) understand.
+enum class ElementType : int { b8, i8, i16, i32, i64, u8, u16, u32, u64, f16, f32, f64, c64, c128 };
+std::size_t element_size(ElementType t);
+
+/// One strided operand of a kernel: a base pointer and byte strides (one per dimension of the
+/// launch shape). Strides may be negative or zero.
+struct Operand {
+  std::uint64_t ptr = 0;
+  std::span<const std::int64_t> strides;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  /// "cuda" or "simulator".
+  virtual std::string_view name() const = 0;
+
+  // Devices and contexts.
+  virtual int device_count() = 0;
+  virtual DeviceProperties properties(int device) = 0;
+  virtual int current_device() = 0;
+  virtual void set_current_device(int device) = 0;
+
+  // Memory. alloc(…, 0) returns 0 and free(0) does nothing.
+  virtual std::uint64_t alloc(MemoryKind kind, std::size_t bytes) = 0;
+  virtual void free(std::uint64_t ptr) = 0;
+  virtual PointerInfo pointer_info(std::uint64_t ptr) = 0;
+
+  // Stream-ordered operations.
+  virtual void memset_async(std::uint64_t dst, int byte, std::size_t bytes, StreamHandle s) = 0;
+  /// Plain copy between any two memory kinds (host pointers included).
+  virtual void copy_async(std::uint64_t dst, std::uint64_t src, std::size_t bytes,
+                          StreamHandle s) = 0;
+  /// N-dimensional copy of `shape` elements of `itemsize` bytes between two strided layouts.
+  virtual void copy_strided_async(Operand dst, Operand src, std::span<const std::int64_t> shape,
+                                  std::size_t itemsize, StreamHandle s) = 0;
+  /// Writes `value` (itemsize bytes) to every element of dst.
+  virtual void fill_async(Operand dst, std::span<const std::int64_t> shape, std::size_t itemsize,
+                          const void* value, StreamHandle s) = 0;
+  /// out = a + b elementwise.
+  virtual void add_async(Operand out, Operand a, Operand b, std::span<const std::int64_t> shape,
+                         ElementType type, StreamHandle s) = 0;
+
+  // Streams. stream_create returns a new handle (never 0, 1 or 2).
+  virtual StreamHandle stream_create(bool non_blocking) = 0;
+  virtual void stream_destroy(StreamHandle s) = 0;
+  virtual void stream_synchronize(StreamHandle s) = 0;
+  /// true when all work enqueued so far has completed.
+  virtual bool stream_query(StreamHandle s) = 0;
+
+  // Events.
+  virtual EventHandle event_create(bool timing) = 0;
+  virtual void event_destroy(EventHandle e) = 0;
+  virtual void event_record(EventHandle e, StreamHandle s) = 0;
+  virtual void stream_wait_event(StreamHandle s, EventHandle e) = 0;
+  virtual void event_synchronize(EventHandle e) = 0;
+  virtual bool event_query(EventHandle e) = 0;
+  virtual float event_elapsed_ms(EventHandle start, EventHandle end) = 0;
+
+  /// Waits for all work on the current device.
+  virtual void synchronize() = 0;
+};
+
+/// The process-wide backend: chosen once, on first use, from CAI_BACKEND ("sim", "cuda" or
+/// unset = CUDA when a driver and a device are present, else the simulator).
+Backend& backend();
+
+/// True when a CUDA driver with at least one device can be loaded (never throws).
+bool cuda_available();
+
+}  // namespace cai::device

@@ -1,0 +1,2 @@
+// Placeholder until the arrays layer lands.
+namespace cai {}

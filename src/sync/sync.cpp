@@ -1,0 +1,2 @@
+// Placeholder until the sync layer lands.
+namespace cai::sync {}
