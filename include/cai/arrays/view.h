@@ -1,0 +1,94 @@
+#pragma once
+
+// Layer 4: device memory as arrays. A View is untyped and non-owning in the sense that it does
+// not allocate; it shares ownership of whatever keeps its memory alive (an allocation of cai,
+// a Python object, a DLPack capsule) through `owner`.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "cai/core/dtype.h"
+#include "cai/core/layout.h"
+#include "cai/device/backend.h"
+#include "cai/sync/ordering.h"
+
+namespace cai {
+
+/// Device memory cai allocated; freed when the last View using it goes away.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(device::MemoryKind kind, std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  std::uint64_t ptr() const noexcept { return ptr_; }
+  std::size_t size() const noexcept { return bytes_; }
+  device::MemoryKind kind() const noexcept { return kind_; }
+
+ private:
+  std::uint64_t ptr_ = 0;
+  std::size_t bytes_ = 0;
+  device::MemoryKind kind_;
+};
+
+/// An array in device-accessible memory: where it is, what it holds, how it is laid out,
+/// and which stream its pending work is on.
+class View {
+ public:
+  View() = default;
+  View(std::uint64_t ptr, DType dtype, Layout layout, bool readonly,
+       std::shared_ptr<sync::SyncState> sync, std::shared_ptr<const void> owner)
+      : ptr_(ptr),
+        dtype_(std::move(dtype)),
+        layout_(std::move(layout)),
+        readonly_(readonly),
+        sync_(std::move(sync)),
+        owner_(std::move(owner)) {}
+
+  /// A new array of `shape` in device memory, C-contiguous (or F with fortran_order), whose
+  /// pending work is on `stream`. Zero-size arrays allocate nothing and have pointer 0.
+  static View allocate(DType dtype, std::span<const std::int64_t> shape, bool fortran_order,
+                       sync::StreamRef stream,
+                       device::MemoryKind kind = device::MemoryKind::device);
+
+  /// Address of the element at index (0, ..., 0); 0 for a zero-size array.
+  std::uint64_t ptr() const noexcept { return ptr_; }
+  const DType& dtype() const noexcept { return dtype_; }
+  const Layout& layout() const noexcept { return layout_; }
+  std::span<const std::int64_t> shape() const noexcept { return layout_.shape(); }
+  std::span<const std::int64_t> strides() const noexcept { return layout_.strides(); }
+  int ndim() const noexcept { return layout_.ndim(); }
+  std::int64_t size() const noexcept { return layout_.size(); }
+  bool readonly() const noexcept { return readonly_; }
+  /// The stream state shared with every view of the same memory (never null).
+  const std::shared_ptr<sync::SyncState>& sync() const noexcept { return sync_; }
+  const std::shared_ptr<const View>& mask() const noexcept { return mask_; }
+  const std::shared_ptr<const void>& owner() const noexcept { return owner_; }
+
+  void set_mask(std::shared_ptr<const View> mask) { mask_ = std::move(mask); }
+  void set_readonly(bool readonly) noexcept { readonly_ = readonly; }
+
+  /// Tile-array slice along one axis (SPEC.md section 2); shares memory and stream.
+  View slice(int axis, std::int64_t start, std::int64_t stop) const;
+  /// NumPy basic indexing; shares memory and stream.
+  View index(std::span<const IndexItem> items) const;
+  View transpose() const;
+
+  /// Throws Error(value_error) "<entry>: <what> is read-only" when the view is read-only.
+  void require_writable(const char* entry, const char* what) const;
+
+ private:
+  View derive(const Layout::Sliced& s) const;
+
+  std::uint64_t ptr_ = 0;
+  DType dtype_;
+  Layout layout_;
+  bool readonly_ = false;
+  std::shared_ptr<sync::SyncState> sync_ = std::make_shared<sync::SyncState>();
+  std::shared_ptr<const View> mask_;
+  std::shared_ptr<const void> owner_;
+};
+
+}  // namespace cai

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh) and runs every test: the C++ suites through ctest, the external
+# find_package(cai) consumer project, a bounded fuzz run, and the Python suite through pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+JOBS=${JOBS:-2}
+
+echo "== setup"
+scripts/setup.sh
+
+echo "== C++ build and ctest"
+cmake -S . -B build/cpp -G Ninja -DCAI_BUILD_TESTS=ON -DCAI_BUILD_BENCH=ON \
+  -DCMAKE_INSTALL_PREFIX="$ROOT/build/install" >/dev/null
+cmake --build build/cpp -j "$JOBS"
+ctest --test-dir build/cpp --output-on-failure -j "$JOBS"
+
+echo "== install + find_package(cai) from an external project"
+cmake --install build/cpp >/dev/null
+cmake -S tests/cmake/find_package -B build/find_package -G Ninja \
+  -DCMAKE_PREFIX_PATH="$ROOT/build/install" >/dev/null
+cmake --build build/find_package
+ctest --test-dir build/find_package --output-on-failure
+
+if command -v clang++ >/dev/null 2>&1; then
+  echo "== fuzzers (bounded)"
+  CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCAI_BUILD_FUZZERS=ON -DCAI_BUILD_TESTS=OFF \
+    -DCAI_INSTALL=OFF >/dev/null
+  cmake --build build/fuzz -j "$JOBS"
+  for f in build/fuzz/fuzz/cai_fuzz_*; do
+    [ -x "$f" ] || continue
+    corpus="tests/fuzz_corpus/$(basename "$f")"
+    mkdir -p "build/fuzz/corpus/$(basename "$f")"
+    "$f" -max_total_time="${FUZZ_SECONDS:-30}" -timeout=5 "build/fuzz/corpus/$(basename "$f")" \
+      $( [ -d "$corpus" ] && echo "$corpus" ) 2>&1 | tail -n 3
+  done
+fi
+
+echo "== pytest"
+.venv/bin/python -m pytest -q tests/python

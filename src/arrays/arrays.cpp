@@ -1,2 +1,0 @@
-// Placeholder until the arrays layer lands.
-namespace cai {}

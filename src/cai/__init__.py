@@ -1,0 +1,42 @@
+"""cai: the CUDA Array Interface and DLPack, zero-copy, stream-correct and cheap per call.
+
+Arrays: device_array, device_array_like, to_device, DeviceNDArray.
+Import: as_cuda_array, from_cuda_array_interface, is_cuda_array.
+Streams and events: stream, default_stream, legacy_default_stream, per_thread_default_stream,
+external_stream, event, synchronize.
+Operations: cai.ops.copy, cai.ops.fill, cai.ops.add. Switches: cai.config. Simulator: cai.sim.
+"""
+
+from ._cai import (
+    DeviceError,
+    DeviceNDArray,
+    Event,
+    RaceError,
+    Stream,
+    as_cuda_array,
+    backend,
+    cuda_available,
+    default_stream,
+    device_array,
+    device_array_like,
+    event,
+    external_stream,
+    from_cuda_array_interface,
+    is_cuda_array,
+    legacy_default_stream,
+    per_thread_default_stream,
+    stream,
+    synchronize,
+    to_device,
+)
+from ._cai import ops, sim
+from . import config
+
+from ._cai import __version__
+
+__all__ = [
+    "DeviceError", "DeviceNDArray", "Event", "RaceError", "Stream", "as_cuda_array", "backend",
+    "config", "cuda_available", "default_stream", "device_array", "device_array_like", "event",
+    "external_stream", "from_cuda_array_interface", "is_cuda_array", "legacy_default_stream",
+    "ops", "per_thread_default_stream", "sim", "stream", "synchronize", "to_device",
+]

@@ -1,0 +1,51 @@
+"""Run-time switches of cai.
+
+``CUDA_ARRAY_INTERFACE_SYNC``: when true (the default), importing an object whose
+``__cuda_array_interface__`` names a stream orders cai's work after that stream with events
+(CAI v3 consumer rule, never blocking the host). Set it to False, or the environment variable
+``CAI_CUDA_ARRAY_INTERFACE_SYNC=0`` before import, to ignore producers' streams.
+
+``EXPORT_STREAM``: when true (the default) our arrays export their stream; False exports
+``stream: None`` always (the producer option of CAI v3, never the default).
+"""
+
+import os
+import sys
+import types
+
+from . import _cai
+
+
+def _env_flag(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    if value.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    if value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{name}={value!r}: expected 0 or 1")
+
+
+class _Config(types.ModuleType):
+    # The flags live in the extension so that the hot paths read a C++ bool, not a module dict.
+    @property
+    def CUDA_ARRAY_INTERFACE_SYNC(self):
+        return _cai._get_import_sync()
+
+    @CUDA_ARRAY_INTERFACE_SYNC.setter
+    def CUDA_ARRAY_INTERFACE_SYNC(self, value):
+        _cai._set_import_sync(bool(value))
+
+    @property
+    def EXPORT_STREAM(self):
+        return _cai._get_export_stream()
+
+    @EXPORT_STREAM.setter
+    def EXPORT_STREAM(self, value):
+        _cai._set_export_stream(bool(value))
+
+
+sys.modules[__name__].__class__ = _Config
+_cai._set_import_sync(_env_flag("CAI_CUDA_ARRAY_INTERFACE_SYNC", True))
+_cai._set_export_stream(_env_flag("CAI_EXPORT_STREAM", True))

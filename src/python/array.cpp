@@ -1,0 +1,402 @@
+// cai.DeviceNDArray and the functions that make or import one.
+
+#include <nanobind/stl/string.h>
+
+#include <cstring>
+#include <string>
+
+#include "cai/arrays/ops.h"
+#include "cai/core/error.h"
+#include "python/array.h"
+
+namespace cai::python {
+
+namespace {
+
+nb::handle g_array_type;
+
+nb::object np() { return numpy_module(); }
+
+IndexItem index_item(nb::handle o) {
+  if (o.is_none()) return IndexItem::newaxis();
+  if (o.ptr() == Py_Ellipsis) return IndexItem::ellipsis();
+  if (PySlice_Check(o.ptr())) {
+    auto part = [&](const char* name) -> std::optional<std::int64_t> {
+      nb::object v = o.attr(name);
+      if (v.is_none()) return std::nullopt;
+      if (!PyIndex_Check(v.ptr()))
+        throw_error(Errc::type_error, std::string("__getitem__: slice ") + name +
+                                          " must be an int or None, got " + nb::inst_name(v).c_str());
+      return nb::cast<std::int64_t>(nb::steal(PyNumber_Index(v.ptr())));
+    };
+    return IndexItem::range(part("start"), part("stop"), part("step"));
+  }
+  if (!PyBool_Check(o.ptr()) && PyIndex_Check(o.ptr()))
+    return IndexItem::at(nb::cast<std::int64_t>(nb::steal(PyNumber_Index(o.ptr()))));
+  throw_error(Errc::type_error, std::string("__getitem__: only integers, slices, None and ... are "
+                                            "supported (basic indexing gives views); got ") +
+                                    nb::inst_name(o).c_str());
+}
+
+View index_view(const View& v, nb::handle key) {
+  std::vector<IndexItem> items;
+  if (PyTuple_Check(key.ptr())) {
+    for (nb::handle k : key) items.push_back(index_item(k));
+  } else {
+    items.push_back(index_item(key));
+  }
+  return v.index(items);
+}
+
+sync::StreamRef array_stream(const View& v) {
+  if (auto s = v.sync()->stream()) return *s;
+  return library_default_stream();
+}
+
+// Broadcasts `src` to `shape` with zero strides, NumPy's rules (trailing dims align).
+View broadcast_to(const View& src, std::span<const std::int64_t> shape, const char* entry) {
+  const auto sshape = src.shape();
+  if (sshape.size() > shape.size())
+    throw_error(Errc::value_error, std::string(entry) + ": cannot broadcast a " +
+                                       std::to_string(sshape.size()) + "-d value to a " +
+                                       std::to_string(shape.size()) + "-d array");
+  Dims strides(shape.size(), 0);
+  const std::size_t lead = shape.size() - sshape.size();
+  for (std::size_t i = 0; i < sshape.size(); ++i) {
+    const auto n = sshape[i], m = shape[lead + i];
+    if (n == m)
+      strides[lead + i] = src.strides()[i];
+    else if (n != 1)
+      throw_error(Errc::value_error, std::string(entry) + ": cannot broadcast axis " +
+                                         std::to_string(i) + " of size " + std::to_string(n) +
+                                         " to size " + std::to_string(m));
+  }
+  Layout layout(Dims(shape), std::move(strides), src.dtype().itemsize());
+  return View(src.ptr(), src.dtype(), std::move(layout), src.readonly(), src.sync(), src.owner());
+}
+
+// A host value as a C-contiguous NumPy array of `dtype` broadcast to `shape`.
+nb::object host_array(nb::handle value, const View& like) {
+  nb::object arr = np().attr("asarray")(value, numpy_dtype(like.dtype()));
+  arr = np().attr("broadcast_to")(arr, to_tuple(like.shape()));
+  return np().attr("ascontiguousarray")(arr);
+}
+
+const void* buffer_ptr(nb::handle arr) {
+  return reinterpret_cast<const void*>(
+      nb::cast<std::uintptr_t>(arr.attr("ctypes").attr("data")));
+}
+
+void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream) {
+  nb::object host = host_array(value, dst);
+  copy_from_host(dst, buffer_ptr(host), stream);
+}
+
+bool is_device_value(nb::handle value) {
+  return as_py_array(value) || nb::hasattr(value, "__cuda_array_interface__");
+}
+
+View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle strides,
+                   bool fortran, const sync::StreamRef& stream) {
+  if (strides.is_none()) return View::allocate(std::move(dtype), shape, fortran, stream);
+  // Explicit strides: allocate the extent they span.
+  Dims st = dims_from_python(strides, "strides");
+  Layout layout(Dims(shape), std::move(st), dtype.itemsize());
+  if (layout.may_overlap())
+    throw_error(Errc::value_error, "device_array(): strides make elements overlap; each element "
+                                   "must have its own bytes");
+  const auto ext = layout.extent();
+  if (layout.size() == 0)
+    return View(0, std::move(dtype), std::move(layout), false,
+                std::make_shared<sync::SyncState>(stream), {});
+  auto buffer = std::make_shared<DeviceBuffer>(device::MemoryKind::device,
+                                               static_cast<std::size_t>(ext.hi - ext.lo));
+  const std::uint64_t ptr = buffer->ptr() - static_cast<std::uint64_t>(ext.lo);
+  return View(ptr, std::move(dtype), std::move(layout), false,
+              std::make_shared<sync::SyncState>(stream), std::move(buffer));
+}
+
+std::string shape_repr(std::span<const std::int64_t> s) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+}  // namespace
+
+nb::object numpy_module() {
+  // Leaked on purpose: a static nb::object would be released after the interpreter is gone.
+  static PyObject* mod = nb::module_::import_("numpy").release().ptr();
+  return nb::borrow(mod);
+}
+
+PyArray* as_py_array(nb::handle obj) noexcept {
+  if (!g_array_type.is_valid() || Py_TYPE(obj.ptr()) != (PyTypeObject*)g_array_type.ptr())
+    return nullptr;
+  return nb::inst_ptr<PyArray>(obj);
+}
+
+nb::object wrap(View view, nb::object np_dtype) {
+  return nb::cast(PyArray{std::move(view), std::move(np_dtype)}, nb::rv_policy::move);
+}
+
+nb::tuple to_tuple(std::span<const std::int64_t> values) {
+  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(values.size()));
+  if (!t) throw nb::python_error();
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    PyObject* v = PyLong_FromLongLong(values[i]);
+    if (!v) {
+      Py_DECREF(t);
+      throw nb::python_error();
+    }
+    PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), v);
+  }
+  return nb::steal<nb::tuple>(t);
+}
+
+Dims dims_from_python(nb::handle obj, const char* what) {
+  Dims out;
+  if (PyIndex_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) {
+    out.push_back(nb::cast<std::int64_t>(nb::steal(PyNumber_Index(obj.ptr()))));
+    return out;
+  }
+  if (!PySequence_Check(obj.ptr()))
+    throw_key_type_error(what, nb::inst_name(obj).c_str(), "an int or a tuple of int");
+  for (nb::handle v : obj) {
+    if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
+      throw_key_type_error(what, nb::inst_name(v).c_str(), "an int");
+    out.push_back(nb::cast<std::int64_t>(nb::steal(PyNumber_Index(v.ptr()))));
+  }
+  return out;
+}
+
+DType dtype_from_numpy(nb::handle dtype_like, const char* entry) {
+  nb::object dt = np().attr("dtype")(dtype_like);
+  if (nb::cast<bool>(dt.attr("hasobject")))
+    throw_error(Errc::type_error, std::string(entry) + ": dtype " + nb::repr(dt).c_str() +
+                                      " holds Python objects, which cannot live in device memory");
+  if (!dt.attr("fields").is_none())
+    return DType::from_descr(descr_from_python(dt.attr("descr")));
+  return DType::from_typestr(nb::cast<std::string>(dt.attr("str")));
+}
+
+nb::object numpy_dtype(const DType& t) {
+  if (t.is_structured()) return np().attr("dtype")(descr_to_python(t.descr()));
+  return np().attr("dtype")(nb::str(t.str().c_str()));
+}
+
+static nb::object array_dtype(PyArray& a) {
+  if (!a.np_dtype.is_valid()) a.np_dtype = numpy_dtype(a.view.dtype());
+  return a.np_dtype;
+}
+
+static nb::object copy_to_host_impl(PyArray& self, nb::handle ary, nb::handle stream) {
+  const View& v = self.view;
+  auto s = stream_arg(stream, "copy_to_host()", array_stream(v));
+  nb::object dt = array_dtype(self);
+  nb::object target;
+  if (ary.is_none()) {
+    target = np().attr("empty")(to_tuple(v.shape()), dt);
+  } else {
+    target = nb::borrow(ary);
+    if (!nb::cast<bool>(np().attr("array_equal")(target.attr("shape"), to_tuple(v.shape()))))
+      throw_error(Errc::value_error, "copy_to_host(): ary has shape " +
+                                         std::string(nb::repr(target.attr("shape")).c_str()) +
+                                         " but the array has shape " + shape_repr(v.shape()));
+    if (!target.attr("dtype").equal(dt))
+      throw_error(Errc::type_error, "copy_to_host(): ary has dtype " +
+                                        std::string(nb::repr(target.attr("dtype")).c_str()) +
+                                        " but the array has dtype " + v.dtype().str());
+    if (!nb::cast<bool>(target.attr("flags").attr("writeable")))
+      throw_error(Errc::value_error, "copy_to_host(): ary is read-only");
+  }
+  const bool contiguous = nb::cast<bool>(target.attr("flags").attr("c_contiguous"));
+  nb::object staging = contiguous ? target : np().attr("empty")(to_tuple(v.shape()), dt);
+  {
+    void* host = const_cast<void*>(buffer_ptr(staging));
+    nb::gil_scoped_release nogil;
+    copy_to_host(host, v, s);
+  }
+  if (!contiguous) target.attr("__setitem__")(nb::ellipsis(), staging);
+  return target;
+}
+
+static void setitem(PyArray& self, nb::handle key, nb::handle value) {
+  View dst = index_view(self.view, key);
+  dst.require_writable("__setitem__()", "the array");
+  const auto stream = array_stream(dst);
+  if (is_device_value(value)) {
+    View src = import_view(value, true, "__setitem__()");
+    copy(dst, broadcast_to(src, dst.shape(), "__setitem__()"), stream);
+    return;
+  }
+  if (PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr()) || PyComplex_Check(value.ptr()) ||
+      PyBool_Check(value.ptr()) || nb::cast<bool>(np().attr("isscalar")(value))) {
+    // One element's bytes, converted by NumPy (its casting rules and overflow errors).
+    nb::object scalar = np().attr("asarray")(value, array_dtype(self));
+    nb::bytes raw = nb::borrow<nb::bytes>(scalar.attr("tobytes")());
+    fill(dst, raw.c_str(), stream);
+    return;
+  }
+  set_from_host(dst, value, stream);
+}
+
+void bind_array(nb::module_& m) {
+  auto cls = nb::class_<PyArray>(
+      m, "DeviceNDArray",
+      "An array in device memory (or simulator memory), created by cai or imported from any "
+      "object with __cuda_array_interface__. Indexing gives views; every operation is ordered "
+      "on streams as CAI v3 requires.");
+  g_array_type = cls;
+  cls.def_prop_ro("shape", [](const PyArray& a) { return to_tuple(a.view.shape()); })
+      .def_prop_ro("strides", [](const PyArray& a) { return to_tuple(a.view.strides()); },
+                   "Byte strides, as NumPy gives them.")
+      .def_prop_ro("dtype", [](PyArray& a) { return array_dtype(a); })
+      .def_prop_ro("ndim", [](const PyArray& a) { return a.view.ndim(); })
+      .def_prop_ro("size", [](const PyArray& a) { return a.view.size(); })
+      .def_prop_ro("itemsize", [](const PyArray& a) { return a.view.dtype().itemsize(); })
+      .def_prop_ro("nbytes", [](const PyArray& a) { return a.view.layout().nbytes(); })
+      .def_prop_ro("ptr", [](const PyArray& a) { return a.view.ptr(); },
+                   "Address of the first element (0 for a zero-size array).")
+      .def_prop_ro("readonly", [](const PyArray& a) { return a.view.readonly(); })
+      .def_prop_ro(
+          "stream",
+          [](const PyArray& a) -> nb::object {
+            auto s = a.view.sync()->stream();
+            if (!s) return nb::none();
+            return nb::cast(PyStream{*s, false});
+          },
+          "The stream after which all work queued on this array is complete (its default "
+          "stream), or None when none was ever queued.")
+      .def_prop_ro("mask",
+                   [](const PyArray& a) -> nb::object {
+                     if (!a.view.mask()) return nb::none();
+                     return wrap(*a.view.mask());
+                   })
+      .def_prop_ro("__cuda_array_interface__",
+                   [](const PyArray& a) { return export_interface(a.view); })
+      .def("__len__",
+           [](const PyArray& a) {
+             if (a.view.ndim() == 0) throw_error(Errc::type_error, "len() of a 0-d array");
+             return a.view.shape()[0];
+           })
+      .def("is_c_contiguous", [](const PyArray& a) { return a.view.layout().is_c_contiguous(); })
+      .def("is_f_contiguous", [](const PyArray& a) { return a.view.layout().is_f_contiguous(); })
+      .def("copy_to_host", &copy_to_host_impl, nb::arg("ary") = nb::none(), nb::arg("stream") = 0,
+           "Copies to a NumPy array (a new one, or `ary`) and waits for the copy.")
+      .def(
+          "copy_to_device",
+          [](PyArray& self, nb::handle obj, nb::handle stream) {
+            const auto s = stream_arg(stream, "copy_to_device()", array_stream(self.view));
+            self.view.require_writable("copy_to_device()", "the array");
+            if (is_device_value(obj)) {
+              View src = import_view(obj, true, "copy_to_device()");
+              copy(self.view, src, s);
+            } else {
+              set_from_host(self.view, obj, s);
+            }
+          },
+          nb::arg("obj"), nb::arg("stream") = 0,
+          "Copies a host array (anything NumPy reads) or a device array into this array.")
+      .def("__getitem__",
+           [](PyArray& self, nb::handle key) {
+             return wrap(index_view(self.view, key), self.np_dtype);
+           })
+      .def("__setitem__", &setitem)
+      .def(
+          "slice",
+          [](PyArray& self, int axis, std::int64_t start, std::int64_t stop) {
+            return wrap(self.view.slice(axis, start, stop), self.np_dtype);
+          },
+          nb::arg("axis"), nb::arg("start"), nb::arg("stop"),
+          "View of [start, stop) along one axis with the tile-array rules "
+          "(0 <= start < N, start <= stop <= N).")
+      .def("transpose", [](PyArray& self) { return wrap(self.view.transpose(), self.np_dtype); })
+      .def_prop_ro("T", [](PyArray& self) { return wrap(self.view.transpose(), self.np_dtype); })
+      .def("__repr__", [](PyArray& self) {
+        return "<cai.DeviceNDArray shape=" + shape_repr(self.view.shape()) + " dtype=" +
+               std::string(nb::str(array_dtype(self)).c_str()) +
+               (self.view.readonly() ? " readonly" : "") + ">";
+      });
+
+  m.def(
+      "device_array",
+      [](nb::handle shape, nb::handle dtype, nb::handle strides, const std::string& order,
+         nb::handle stream) {
+        if (order != "C" && order != "F")
+          throw_error(Errc::value_error, "device_array(): order must be 'C' or 'F', got '" +
+                                             order + "'");
+        const Dims dims = dims_from_python(shape, "shape");
+        nb::object dt = np().attr("dtype")(dtype);
+        DType t = dtype_from_numpy(dt, "device_array()");
+        auto s = stream_arg(stream, "device_array()", library_default_stream());
+        return wrap(allocate_like(std::move(t), dims, strides, order == "F", s), dt);
+      },
+      nb::arg("shape"), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
+      nb::arg("strides") = nb::none(), nb::arg("order") = "C", nb::arg("stream") = 0,
+      "A new uninitialized device array; `stream` becomes its default stream.");
+  m.def(
+      "device_array_like",
+      [](nb::handle ary, nb::handle stream) {
+        nb::object shape = ary.attr("shape");
+        nb::object dt = np().attr("dtype")(ary.attr("dtype"));
+        bool fortran = false;
+        if (PyArray* a = as_py_array(ary))
+          fortran = !a->view.layout().is_c_contiguous() && a->view.layout().is_f_contiguous();
+        else if (nb::hasattr(ary, "flags"))
+          fortran = !nb::cast<bool>(ary.attr("flags").attr("c_contiguous")) &&
+                    nb::cast<bool>(ary.attr("flags").attr("f_contiguous"));
+        auto s = stream_arg(stream, "device_array_like()", library_default_stream());
+        return wrap(View::allocate(dtype_from_numpy(dt, "device_array_like()"),
+                                   dims_from_python(shape, "shape"), fortran, s),
+                    dt);
+      },
+      nb::arg("ary"), nb::arg("stream") = 0);
+  m.def(
+      "to_device",
+      [](nb::handle obj, nb::handle stream) {
+        nb::object arr = np().attr("asarray")(obj);
+        nb::object dt = arr.attr("dtype");
+        const bool fortran = !nb::cast<bool>(arr.attr("flags").attr("c_contiguous")) &&
+                             nb::cast<bool>(arr.attr("flags").attr("f_contiguous"));
+        auto s = stream_arg(stream, "to_device()", library_default_stream());
+        View v = View::allocate(dtype_from_numpy(dt, "to_device()"),
+                                dims_from_python(arr.attr("shape"), "shape"), fortran, s);
+        // The device copy is C or F ordered like the source; the host side is C ordered.
+        nb::object host = np().attr("ascontiguousarray")(arr);
+        if (fortran) {
+          copy_from_host(v.transpose(), buffer_ptr(np().attr("ascontiguousarray")(arr.attr("T"))),
+                         s);
+        } else {
+          copy_from_host(v, buffer_ptr(host), s);
+        }
+        return wrap(std::move(v), dt);
+      },
+      nb::arg("obj"), nb::arg("stream") = 0,
+      "Copies a host array (anything NumPy reads) to a new device array on `stream`.");
+
+  m.def(
+      "as_cuda_array",
+      [](nb::handle obj, bool sync) {
+        if (as_py_array(obj)) return nb::borrow(obj);
+        return wrap(import_view(obj, sync, "as_cuda_array()"));
+      },
+      nb::arg("obj"), nb::arg("sync") = true,
+      "A DeviceNDArray viewing any object with __cuda_array_interface__ (no copy); keeps `obj` "
+      "alive. With sync (and cai.config.CUDA_ARRAY_INTERFACE_SYNC), the producer's stream "
+      "becomes the array's stream and later work is ordered after it with events.");
+  m.def(
+      "from_cuda_array_interface",
+      [](nb::handle desc, nb::handle owner, bool sync) {
+        return wrap(view_from_interface(desc, owner, sync, "from_cuda_array_interface()"));
+      },
+      nb::arg("desc"), nb::arg("owner") = nb::none(), nb::arg("sync") = true,
+      "A DeviceNDArray from a CAI dict; keeps `owner` alive if given.");
+  m.def(
+      "is_cuda_array", [](nb::handle obj) {
+        return as_py_array(obj) != nullptr || nb::hasattr(obj, "__cuda_array_interface__");
+      },
+      nb::arg("obj"));
+}
+
+}  // namespace cai::python

@@ -1,0 +1,51 @@
+#pragma once
+
+// Internal to the extension: cai.DeviceNDArray and the import/export of the CAI.
+
+#include <string>
+#include <vector>
+
+#include "cai/arrays/view.h"
+#include "cai/core/interface.h"
+#include "python/common.h"
+
+namespace cai::python {
+
+/// cai.DeviceNDArray: a View plus Python-side caches.
+struct PyArray {
+  View view;
+  nb::object np_dtype;  ///< numpy.dtype, built on first use
+};
+
+/// Wraps a View in a new cai.DeviceNDArray.
+nb::object wrap(View view, nb::object np_dtype = {});
+
+/// The DeviceNDArray inside `obj`, or nullptr if obj is not one (never throws).
+PyArray* as_py_array(nb::handle obj) noexcept;
+
+/// Imports any object with __cuda_array_interface__ (our own arrays are taken as they are).
+/// `entry` names the caller in messages. With sync, an integer stream becomes the array's
+/// stream (CAI v3 consumer rule, honoured by every later operation with events).
+View import_view(nb::handle obj, bool sync, const char* entry);
+
+/// Validates a CAI dict into a View whose memory is kept alive by `owner` (may be None).
+View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry,
+                         int depth = 0);
+
+/// The __cuda_array_interface__ dict of a View (a new dict per call).
+nb::dict export_interface(const View& v);
+
+/// DType <-> numpy.dtype.
+DType dtype_from_numpy(nb::handle np_dtype, const char* entry);
+nb::object numpy_dtype(const DType& t);
+nb::object numpy_module();
+
+/// Python descr list -> DescrEntry tree, and back.
+std::vector<DescrEntry> descr_from_python(nb::handle list, int depth = 0);
+nb::list descr_to_python(const std::vector<DescrEntry>& descr);
+
+/// Shape tuple from a View, and a Python int or sequence of ints to Dims.
+nb::tuple to_tuple(std::span<const std::int64_t> values);
+Dims dims_from_python(nb::handle obj, const char* what);
+
+}  // namespace cai::python

@@ -1,0 +1,203 @@
+// cai.Stream, cai.Event, stream constructors, cai.synchronize(), cai.backend().
+
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <cstdio>
+#include <string>
+
+#include "cai/core/error.h"
+#include "cai/device/simulator.h"
+#include "python/common.h"
+
+namespace cai::python {
+
+using device::backend;
+using device::StreamHandle;
+
+namespace {
+
+nb::object named_stream(StreamHandle h) { return nb::cast(PyStream{{h, nullptr}, false}); }
+
+std::string handle_repr(StreamHandle h) {
+  if (h == device::kLegacyDefaultStream) return "<cai.Stream legacy default (1)>";
+  if (h == device::kPerThreadDefaultStream) return "<cai.Stream per-thread default (2)>";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "<cai.Stream 0x%llx>", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+StreamHandle int_handle(nb::handle obj, const char* entry) {
+  if (PyBool_Check(obj.ptr()))
+    throw_error(Errc::type_error, std::string(entry) + ": stream=: expected a cai.Stream, an int "
+                                                       "handle or an object with __cuda_stream__, "
+                                                       "got bool");
+  PyObject* o = obj.ptr();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+  if (overflow > 0) {
+    const unsigned long long u = PyLong_AsUnsignedLongLong(o);
+    if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) throw nb::python_error();
+    return u;
+  }
+  if (overflow < 0 || v < 0)
+    throw_error(Errc::value_error, std::string(entry) + ": stream=" + nb::repr(obj).c_str() +
+                                       ": a stream handle cannot be negative");
+  return static_cast<StreamHandle>(v);
+}
+
+}  // namespace
+
+sync::StreamRef library_default_stream() { return {device::kLegacyDefaultStream, nullptr}; }
+
+sync::StreamRef stream_arg(nb::handle obj, const char* entry, const sync::StreamRef& fallback) {
+  if (obj.is_none()) return fallback;
+  if (PyStream* s; nb::try_cast<PyStream*>(obj, s) && s) return s->ref();
+  if (PyLong_Check(obj.ptr())) {
+    const StreamHandle h = int_handle(obj, entry);
+    if (h == 0) return fallback;
+    return {h, nullptr};
+  }
+  if (nb::hasattr(obj, "__cuda_stream__")) {
+    // cuda.core's protocol: __cuda_stream__() -> (version, handle).
+    nb::object t = obj.attr("__cuda_stream__")();
+    if (!PyTuple_Check(t.ptr()) || PyTuple_GET_SIZE(t.ptr()) != 2)
+      throw_error(Errc::type_error, std::string(entry) +
+                                        ": stream=: __cuda_stream__() must return a tuple "
+                                        "(version, handle), got " +
+                                        nb::repr(t).c_str());
+    const StreamHandle h = int_handle(nb::handle(PyTuple_GET_ITEM(t.ptr(), 1)), entry);
+    if (h == 0)
+      throw_error(Errc::value_error, std::string(entry) +
+                                         ": stream=: __cuda_stream__() returned handle 0, which "
+                                         "is ambiguous; a producer must use 1 or 2");
+    // Keep the foreign stream object alive as long as we use its handle.
+    auto owner = std::shared_ptr<const void>(
+        new nb::object(nb::borrow(obj)), [](const void* p) {
+          nb::gil_scoped_acquire gil;
+          delete static_cast<const nb::object*>(p);
+        });
+    return {h, std::move(owner)};
+  }
+  throw_error(Errc::type_error,
+              std::string(entry) +
+                  ": stream=: expected a cai.Stream, an int handle, 0/None for the default, or an "
+                  "object with __cuda_stream__; got " +
+                  nb::inst_name(obj).c_str());
+}
+
+void bind_device(nb::module_& m) {
+  nb::class_<PyStream>(m, "Stream",
+                       "A CUDA stream (or a simulator stream). Handles follow the CUDA Array "
+                       "Interface: 1 is the legacy default stream, 2 the per-thread default "
+                       "stream.")
+      .def_prop_ro("handle", [](const PyStream& s) { return s.handle(); })
+      .def("__int__", [](const PyStream& s) { return s.handle(); })
+      .def("__index__", [](const PyStream& s) { return s.handle(); })
+      .def_prop_ro("owned", [](const PyStream& s) { return s.owned; },
+                   "True when cai created the stream and destroys it with this object.")
+      .def("synchronize", [](const PyStream& s) {
+        nb::gil_scoped_release nogil;
+        backend().stream_synchronize(s.handle());
+      })
+      .def("query", [](const PyStream& s) { return backend().stream_query(s.handle()); },
+           "True when all work queued on the stream has completed.")
+      .def("__cuda_stream__",
+           [](const PyStream& s) { return nb::make_tuple(0, s.handle()); })
+      .def("__eq__", [](const PyStream& a, nb::handle b) {
+        PyStream* o;
+        return nb::try_cast<PyStream*>(b, o) && o && o->handle() == a.handle();
+      })
+      .def("__hash__", [](const PyStream& s) { return std::hash<StreamHandle>{}(s.handle()); })
+      .def("__repr__", [](const PyStream& s) { return handle_repr(s.handle()); });
+
+  m.def(
+      "stream", [](bool non_blocking) {
+        auto owned = device::OwnedStream::create(non_blocking);
+        const StreamHandle h = owned->handle();
+        return nb::cast(PyStream{{h, std::move(owned)}, true});
+      },
+      nb::kw_only(), nb::arg("non_blocking") = false,
+      "A new stream, destroyed when the last object using it goes away. Blocking streams "
+      "synchronize with the legacy default stream; non-blocking ones do not.");
+  m.def("default_stream", [] { return named_stream(library_default_stream().handle); },
+        "The stream cai uses when stream=0: the legacy default stream.");
+  m.def("legacy_default_stream",
+        [] { return named_stream(device::kLegacyDefaultStream); });
+  m.def("per_thread_default_stream",
+        [] { return named_stream(device::kPerThreadDefaultStream); });
+  m.def(
+      "external_stream",
+      [](nb::handle handle) {
+        const StreamHandle h = int_handle(handle, "external_stream()");
+        if (h == 0)
+          throw_error(Errc::value_error,
+                      "external_stream(): handle 0 is ambiguous (CAI v3 disallows stream 0); use 1 "
+                      "for the legacy default stream or 2 for the per-thread default stream");
+        return named_stream(h);
+      },
+      nb::arg("handle"), "Wraps a stream someone else owns; cai never destroys it.");
+
+  nb::class_<PyEvent>(m, "Event", "A CUDA event (or a simulator event).")
+      .def_prop_ro("handle", [](const PyEvent& e) { return e.event->handle(); })
+      .def(
+          "record",
+          [](const PyEvent& e, nb::handle stream) {
+            auto s = stream_arg(stream, "Event.record()", library_default_stream());
+            backend().event_record(e.event->handle(), s.handle);
+          },
+          nb::arg("stream") = 0, "Records the event on `stream` (0: the default stream).")
+      .def(
+          "wait",
+          [](const PyEvent& e, nb::handle stream) {
+            auto s = stream_arg(stream, "Event.wait()", library_default_stream());
+            backend().stream_wait_event(s.handle, e.event->handle());
+          },
+          nb::arg("stream") = 0, "Makes later work on `stream` wait for this event; the host "
+                                 "does not block.")
+      .def("synchronize",
+           [](const PyEvent& e) {
+             nb::gil_scoped_release nogil;
+             backend().event_synchronize(e.event->handle());
+           })
+      .def("query", [](const PyEvent& e) { return backend().event_query(e.event->handle()); })
+      .def(
+          "elapsed_time",
+          [](const PyEvent& start, const PyEvent& end) {
+            return backend().event_elapsed_ms(start.event->handle(), end.event->handle());
+          },
+          nb::arg("end"), "Milliseconds between this event and `end` (both timing events).");
+
+  m.def(
+      "event", [](bool timing) { return PyEvent{std::make_shared<device::OwnedEvent>(timing)}; },
+      nb::arg("timing") = true);
+  m.def("synchronize", [] {
+    nb::gil_scoped_release nogil;
+    backend().synchronize();
+  }, "Waits for all work on the current device.");
+  m.def("backend", [] { return std::string(backend().name()); },
+        "'cuda' or 'simulator': the backend chosen (CAI_BACKEND=sim|cuda forces one).");
+  m.def("cuda_available", [] { return device::cuda_available(); });
+
+  nb::module_ sim = m.def_submodule("sim", "Controls of the CPU simulator (CAI_BACKEND=sim).");
+  sim.def("active", [] { return device::sim::active(); },
+          "True when the backend is the simulator.");
+  sim.def(
+      "delay",
+      [](nb::handle stream, double seconds) {
+        if (!(seconds >= 0))
+          throw_error(Errc::value_error, "sim.delay(): seconds must be >= 0");
+        auto s = stream_arg(stream, "sim.delay()", library_default_stream());
+        device::sim::delay(s.handle, seconds);
+      },
+      nb::arg("stream"), nb::arg("seconds"),
+      "Enqueues a pause on `stream`: later work on it starts that much later; the host does "
+      "not wait.");
+  sim.def("set_race_detection", [](bool on) { device::sim::set_race_detection(on); },
+          nb::arg("on"));
+  sim.def("race_detection", [] { return device::sim::race_detection(); });
+}
+
+}  // namespace cai::python

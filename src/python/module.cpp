@@ -1,0 +1,29 @@
+#include "cai/version.h"
+#include "python/common.h"
+
+#define CAI_STR2(x) #x
+#define CAI_STR(x) CAI_STR2(x)
+
+namespace cai::python {
+
+Config& config() {
+  static Config c;
+  return c;
+}
+
+}  // namespace cai::python
+
+NB_MODULE(_cai, m) {
+  using namespace cai::python;
+  m.doc() = "cai: CUDA Array Interface and DLPack exchange (compiled core)";
+  m.attr("__version__") = CAI_STR(CAI_VERSION_MAJOR) "." CAI_STR(CAI_VERSION_MINOR) "." CAI_STR(CAI_VERSION_PATCH);
+  bind_errors(m);
+  bind_core(m);
+  bind_device(m);
+  bind_array(m);
+  bind_ops(m);
+  m.def("_get_import_sync", [] { return config().import_sync; });
+  m.def("_set_import_sync", [](bool v) { config().import_sync = v; });
+  m.def("_get_export_stream", [] { return config().export_stream; });
+  m.def("_set_export_stream", [](bool v) { config().export_stream = v; });
+}

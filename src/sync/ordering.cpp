@@ -1,0 +1,95 @@
+#include "cai/sync/ordering.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <vector>
+
+namespace cai::sync {
+
+using device::EventHandle;
+
+namespace {
+
+std::atomic<TraceFn> g_trace{nullptr};
+
+std::string stream_name(StreamHandle s) {
+  if (s == device::kLegacyDefaultStream) return "legacy default stream (1)";
+  if (s == device::kPerThreadDefaultStream) return "per-thread default stream (2)";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "stream 0x%llx", static_cast<unsigned long long>(s));
+  return buf;
+}
+
+// One event per thread and device, re-recorded for every ordering: a stream wait captures the
+// event's most recent record at the time of the call, so reuse is safe and saves a create.
+EventHandle scratch_event(device::Backend& backend) {
+  struct Cache {
+    device::Backend* backend = nullptr;
+    std::vector<device::EventHandle> by_device;
+  };
+  // Leaked on purpose: destroying events from thread-exit destructors can run after the
+  // driver has shut down.
+  thread_local Cache* cache = new Cache;
+  if (cache->backend != &backend) *cache = Cache{&backend, {}};
+  const int dev = backend.current_device();
+  if (static_cast<std::size_t>(dev) >= cache->by_device.size())
+    cache->by_device.resize(static_cast<std::size_t>(dev) + 1, 0);
+  auto& ev = cache->by_device[static_cast<std::size_t>(dev)];
+  if (ev == 0) ev = backend.event_create(/*timing=*/false);
+  return ev;
+}
+
+void trace_wait(StreamHandle waiter, StreamHandle producer) {
+  if (TraceFn trace = g_trace.load(std::memory_order_relaxed))
+    trace(stream_name(waiter) + " waits for an event recorded on " + stream_name(producer));
+}
+
+}  // namespace
+
+void set_trace(TraceFn fn) { g_trace.store(fn, std::memory_order_relaxed); }
+
+void wait_for(device::Backend& backend, StreamHandle producer, StreamHandle waiter) {
+  if (producer == waiter) return;
+  const EventHandle ev = scratch_event(backend);
+  backend.event_record(ev, producer);
+  backend.stream_wait_event(waiter, ev);
+  trace_wait(waiter, producer);
+}
+
+void StreamOrder::add(SyncState& state) {
+  if (std::find(states_.begin(), states_.end(), &state) != states_.end()) return;
+  const auto producer = state.handle();
+  if (producer) {
+    // Several arrays often share one stream: wait for it once.
+    const bool seen = std::any_of(states_.begin(), states_.end(),
+                                  [&](SyncState* s) { return s->handle() == producer; });
+    if (!seen) wait_for(backend_, *producer, work_.handle);
+  }
+  states_.push_back(&state);
+}
+
+void StreamOrder::finish() {
+  std::vector<StreamHandle> done;
+  EventHandle ev = 0;
+  for (SyncState* state : states_) {
+    const auto producer = state->handle();
+    if (!producer) {
+      state->set_stream(work_);
+      continue;
+    }
+    if (*producer == work_.handle ||
+        std::find(done.begin(), done.end(), *producer) != done.end())
+      continue;
+    if (ev == 0) {
+      ev = scratch_event(backend_);
+      backend_.event_record(ev, work_.handle);
+    }
+    backend_.stream_wait_event(*producer, ev);
+    trace_wait(*producer, work_.handle);
+    done.push_back(*producer);
+  }
+  states_.clear();
+}
+
+}  // namespace cai::sync

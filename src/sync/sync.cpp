@@ -1,2 +1,0 @@
-// Placeholder until the sync layer lands.
-namespace cai::sync {}
