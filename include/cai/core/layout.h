@@ -1,0 +1,111 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "cai/core/dims.h"
+
+namespace cai {
+
+/// One item of a NumPy basic index: an integer, a slice, `None` (newaxis) or `...`.
+struct IndexItem {
+  enum class Kind : std::uint8_t { integer, slice, newaxis, ellipsis };
+
+  Kind kind = Kind::ellipsis;
+  std::int64_t value = 0;                         ///< the integer; negative counts from the end
+  std::optional<std::int64_t> start, stop, step;  ///< the slice; nullopt is Python's None
+
+  static IndexItem at(std::int64_t i) { return {Kind::integer, i, {}, {}, {}}; }
+  static IndexItem range(std::optional<std::int64_t> start, std::optional<std::int64_t> stop,
+                         std::optional<std::int64_t> step = std::nullopt) {
+    return {Kind::slice, 0, start, stop, step};
+  }
+  static IndexItem all() { return range(std::nullopt, std::nullopt); }
+  static IndexItem newaxis() { return {Kind::newaxis, 0, {}, {}, {}}; }
+  static IndexItem ellipsis() { return {Kind::ellipsis, 0, {}, {}, {}}; }
+};
+
+/// Shape, byte strides and item size of a strided array; no pointer, no type.
+///
+/// Invariant, checked on construction: ndim <= max_ndim, shape >= 0, itemsize >= 0, and
+/// both the element count times the item size (over the non-zero dims, as NumPy checks it)
+/// and the byte extent fit in int64. So size(), nbytes() and extent() never overflow.
+class Layout {
+ public:
+  struct Extent {
+    std::int64_t lo = 0;  ///< lowest byte offset touched, relative to the base pointer
+    std::int64_t hi = 0;  ///< one past the highest byte offset touched
+    friend bool operator==(const Extent&, const Extent&) = default;
+  };
+  struct Sliced;
+
+  /// A 0-d layout of item size 0.
+  Layout() = default;
+  /// Throws Errc::value_error on a broken rule and Errc::overflow on overflow.
+  Layout(Dims shape, Dims byte_strides, std::int64_t itemsize);
+
+  static Layout c_contiguous(std::span<const std::int64_t> shape, std::int64_t itemsize);
+  static Layout f_contiguous(std::span<const std::int64_t> shape, std::int64_t itemsize);
+  /// Row-major byte strides of a dense array; a zero dim counts as one (as PyTorch does).
+  static Dims c_strides(std::span<const std::int64_t> shape, std::int64_t itemsize);
+  static Dims f_strides(std::span<const std::int64_t> shape, std::int64_t itemsize);
+
+  /// The byte extent of such a layout, or nullopt if it overflows int64. No other checks.
+  static std::optional<Extent> checked_extent(std::span<const std::int64_t> shape,
+                                              std::span<const std::int64_t> byte_strides,
+                                              std::int64_t itemsize) noexcept;
+  /// Element count times item size, or nullopt if it overflows; dims of size 0 are skipped
+  /// for the overflow check (as NumPy does), then make the result 0.
+  static std::optional<std::int64_t> checked_nbytes(std::span<const std::int64_t> shape,
+                                                    std::int64_t itemsize) noexcept;
+
+  int ndim() const noexcept { return static_cast<int>(shape_.size()); }
+  std::span<const std::int64_t> shape() const noexcept { return shape_; }
+  std::span<const std::int64_t> strides() const noexcept { return strides_; }  ///< bytes
+  std::int64_t itemsize() const noexcept { return itemsize_; }
+  std::int64_t size() const noexcept { return size_; }  ///< element count
+  std::int64_t nbytes() const noexcept { return size_ * itemsize_; }
+
+  /// NumPy's flags: dims of size 1 are ignored; zero-size and 0-d layouts are both.
+  bool is_c_contiguous() const noexcept;
+  bool is_f_contiguous() const noexcept;
+
+  /// Bytes touched; {0, 0} for a zero-size layout, lo < 0 with negative strides.
+  Extent extent() const noexcept;
+
+  /// Strides in elements (DLPack, tile arrays). Throws Errc::value_error if a byte stride is
+  /// not a multiple of the item size (any axis, even of size 1) or the item size is 0.
+  Dims element_strides() const;
+
+  /// Tile-array slice: [start, stop) along `axis` (negative counts from the last), requiring
+  /// 0 <= start < N and start <= stop <= N. Throws Errc::index_error.
+  Sliced slice(int axis, std::int64_t start, std::int64_t stop) const;
+
+  /// NumPy basic indexing, with NumPy's strides and offsets (an empty slice keeps the stride
+  /// and adds no offset).
+  Sliced index(std::span<const IndexItem> items) const;
+
+  Layout transpose() const;
+  /// `axes[i]` is the source axis of result axis i; negative counts from the last.
+  Layout permute(std::span<const int> axes) const;
+
+  /// Conservative: false only when no two different indices can map to overlapping bytes.
+  bool may_overlap() const noexcept;
+
+  friend bool operator==(const Layout&, const Layout&) = default;
+
+ private:
+  Dims shape_;
+  Dims strides_;
+  std::int64_t itemsize_ = 0;
+  std::int64_t size_ = 1;
+};
+
+/// A view's layout and the bytes to add to the parent's base pointer.
+struct Layout::Sliced {
+  Layout layout;
+  std::int64_t offset = 0;
+};
+
+}  // namespace cai

@@ -1,0 +1,180 @@
+#include "cai/core/interface.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "cai/core/error.h"
+
+namespace cai {
+
+namespace {
+
+using std::to_string;
+
+[[noreturn]] void fail(Errc code, std::string message) {
+  throw_error(code, std::move(message));
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+void require(bool present, const char* key) {
+  if (!present) {
+    fail(Errc::value_error,
+         std::string("__cuda_array_interface__: missing required key '") + key + "'");
+  }
+}
+
+// A descr that only restates the typestr: [('', typestr)] (NumPy's _is_default_descr) or a
+// single unnamed entry of an equal type.
+bool restates_typestr(std::span<const DescrEntry> descr, std::string_view typestr,
+                      const DType& dtype, const TypestrOptions& options) {
+  if (descr.size() != 1) return false;
+  const DescrEntry& e = descr[0];
+  if (!e.name.empty() || !e.fields.empty() || !e.shape.empty()) return false;
+  if (e.typestr == typestr) return true;
+  DType other;
+  try {
+    other = DType::from_typestr(e.typestr, options);
+  } catch (const Error& err) {
+    fail(err.code(), std::string("descr: entry ('', '") + e.typestr +
+                         "') has an invalid typestr: " + err.what());
+  }
+  if (other == dtype) return true;
+  fail(Errc::value_error, std::string("descr: [('', '") + e.typestr + "')] contradicts typestr '" +
+                              std::string(typestr) +
+                              "' (an unnamed single entry must restate the typestr)");
+}
+
+}  // namespace
+
+void throw_key_type_error(std::string_view key, std::string_view got, std::string_view expected) {
+  fail(Errc::type_error,
+       std::string(key) + ": expected " + std::string(expected) + ", got " + std::string(got));
+}
+
+Interface validate_interface(const InterfaceFields& f, TypestrOptions options) {
+  require(f.has_shape, "shape");
+  require(f.has_typestr, "typestr");
+  require(f.has_data, "data");
+  require(f.has_version, "version");
+
+  Interface out;
+  if (f.version < 0) {
+    fail(Errc::value_error, "version: " + to_string(f.version) +
+                                " is not a valid version (must be >= 0; the current is 3)");
+  }
+  // Versions have been additive so far; a newer one is read with the newest rules we know.
+  out.version =
+      f.version > latest_interface_version ? latest_interface_version : static_cast<int>(f.version);
+
+  const std::size_t ndim = f.shape.size();
+  if (ndim > static_cast<std::size_t>(max_ndim)) {
+    fail(Errc::value_error, "shape: " + to_string(ndim) + " dimensions; at most " +
+                                to_string(max_ndim) + " are supported");
+  }
+  for (std::size_t i = 0; i < ndim; ++i) {
+    if (f.shape[i] < 0) {
+      fail(Errc::value_error, "shape: " + format_dims(f.shape) + " has a negative size at axis " +
+                                  to_string(i) + " (sizes must be >= 0)");
+    }
+  }
+
+  out.dtype = DType::from_typestr(f.typestr, options);
+  if (f.has_descr && !restates_typestr(f.descr, f.typestr, out.dtype, options)) {
+    DType structured = DType::from_descr(f.descr, options);
+    if (structured.itemsize() != out.dtype.itemsize()) {
+      fail(Errc::value_error, "descr: describes an item of " + to_string(structured.itemsize()) +
+                                  " bytes but typestr '" + std::string(f.typestr) + "' has " +
+                                  to_string(out.dtype.itemsize()) +
+                                  " (descr must describe the typestr's item)");
+    }
+    out.dtype = std::move(structured);
+  }
+  const std::int64_t itemsize = out.dtype.itemsize();
+
+  if (!Layout::checked_nbytes(f.shape, itemsize)) {
+    fail(Errc::overflow, "shape: " + format_dims(f.shape) + " with typestr '" +
+                             std::string(f.typestr) + "' has a byte size that overflows int64");
+  }
+  out.strides_given = f.strides_state == Presence::given;
+  if (out.strides_given) {
+    if (f.strides.size() != ndim) {
+      fail(Errc::value_error, "strides: " + format_dims(f.strides) + " has " +
+                                  to_string(f.strides.size()) + " values but shape " +
+                                  format_dims(f.shape) + " has " + to_string(ndim) +
+                                  " dimensions (one byte stride per dimension)");
+    }
+    if (!Layout::checked_extent(f.shape, f.strides, itemsize)) {
+      fail(Errc::overflow, "strides: " + format_dims(f.strides) + " with shape " +
+                               format_dims(f.shape) + " and item size " + to_string(itemsize) +
+                               " reach bytes beyond int64");
+    }
+    out.layout = Layout(f.shape, f.strides, itemsize);
+  } else {
+    out.layout = Layout(f.shape, Layout::c_strides(f.shape, itemsize), itemsize);
+  }
+
+  out.readonly = f.read_only;
+  if (out.layout.size() == 0) {
+    if (f.ptr != 0 && out.version >= 2) {
+      fail(Errc::value_error, "data: pointer " + hex(f.ptr) + " for a zero-size array of shape " +
+                                  format_dims(f.shape) + "; CAI v2+ requires 0 (version " +
+                                  to_string(f.version) + ")");
+    }
+    out.ptr = 0;  // v0/v1 left it unspecified
+  } else {
+    if (f.ptr == 0) {
+      fail(Errc::value_error, "data: pointer 0 for an array of shape " + format_dims(f.shape) +
+                                  " with " + to_string(out.layout.size()) +
+                                  " elements; only a zero-size array may have a null pointer");
+    }
+    out.ptr = f.ptr;
+  }
+
+  if (f.mask_state == Presence::given) {
+    if (out.version == 0) {
+      fail(Errc::value_error,
+           "mask: an object was given but CAI v0 has no mask (added in v1); use None or "
+           "version >= 1");
+    }
+    if (f.mask == nullptr) {
+      fail(Errc::value_error, "mask: given without its validated descriptor (binding error)");
+    }
+    const Interface& m = *f.mask;
+    if (!std::ranges::equal(m.layout.shape(), out.layout.shape())) {
+      fail(Errc::value_error, "mask: shape " + format_dims(m.layout.shape()) +
+                                  " differs from the data shape " + format_dims(f.shape) +
+                                  " (the mask must have the same shape as the data)");
+    }
+    const Kind k = m.dtype.kind();
+    if (k != Kind::boolean && k != Kind::signed_int && k != Kind::unsigned_int) {
+      fail(Errc::value_error, "mask: typestr '" + m.dtype.str() +
+                                  "' is not bool or integer (mask elements are read as "
+                                  "true/false)");
+    }
+    out.mask = std::make_shared<const Interface>(m);
+  }
+
+  if (f.stream_state == Presence::given) {
+    if (f.stream == 0) {
+      fail(Errc::value_error,
+           "stream: 0 is not allowed (CAI v3: ambiguous between None, the legacy and the "
+           "per-thread default stream); use 1, 2 or None");
+    }
+    if (f.stream < 0) {
+      fail(Errc::value_error, "stream: " + to_string(f.stream) +
+                                  " is not a stream (CAI v3: None, 1 for the legacy default, "
+                                  "2 for the per-thread default, or a positive handle)");
+    }
+    out.stream = static_cast<std::uint64_t>(f.stream);
+  }
+  return out;
+}
+
+}  // namespace cai

@@ -1,0 +1,382 @@
+#include "cai/core/layout.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "cai/core/error.h"
+
+namespace cai {
+
+namespace {
+
+using std::to_string;
+
+// Element count over the non-zero dims (what NumPy overflow-checks), and whether a dim is 0.
+bool count_nonzero(std::span<const std::int64_t> shape, std::int64_t& count, bool& has_zero) {
+  count = 1;
+  has_zero = false;
+  for (std::int64_t d : shape) {
+    if (d == 0) {
+      has_zero = true;
+    } else if (__builtin_mul_overflow(count, d, &count)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what) {
+  std::int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) {
+    throw_error(Errc::overflow, std::string(what) + ": " + to_string(a) + " * " + to_string(b) +
+                                    " overflows int64");
+  }
+  return r;
+}
+
+std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
+  std::int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) {
+    throw_error(Errc::overflow, std::string(what) + ": " + to_string(a) + " + " + to_string(b) +
+                                    " overflows int64");
+  }
+  return r;
+}
+
+// Normalizes a possibly negative axis; returns -1 when out of range.
+int normalize_axis(int axis, int ndim) noexcept {
+  if (axis < 0) axis += ndim;
+  return axis >= 0 && axis < ndim ? axis : -1;
+}
+
+std::string axis_range_text(int ndim) {
+  if (ndim == 0) return "a 0-dimensional array has no axes";
+  return "allowed: " + to_string(-ndim) + " <= axis < " + to_string(ndim);
+}
+
+}  // namespace
+
+Layout::Layout(Dims shape, Dims byte_strides, std::int64_t itemsize)
+    : shape_(std::move(shape)), strides_(std::move(byte_strides)), itemsize_(itemsize) {
+  if (shape_.size() != strides_.size()) {
+    throw_error(Errc::value_error, "Layout: shape " + format_dims(shape_) + " has " +
+                                       to_string(shape_.size()) + " dimensions but strides " +
+                                       format_dims(strides_) + " has " +
+                                       to_string(strides_.size()));
+  }
+  if (shape_.size() > static_cast<std::size_t>(max_ndim)) {
+    throw_error(Errc::value_error, "Layout: " + to_string(shape_.size()) + " dimensions, at most " +
+                                       to_string(max_ndim) + " are supported");
+  }
+  for (std::size_t i = 0; i < shape_.size(); ++i) {
+    if (shape_[i] < 0) {
+      throw_error(Errc::value_error, "Layout: shape " + format_dims(shape_) +
+                                         " has a negative size at axis " + to_string(i));
+    }
+  }
+  if (itemsize_ < 0) {
+    throw_error(Errc::value_error, "Layout: item size " + to_string(itemsize_) + " is negative");
+  }
+  std::int64_t count;
+  bool has_zero;
+  std::int64_t bytes;
+  if (!count_nonzero(shape_, count, has_zero) || __builtin_mul_overflow(count, itemsize_, &bytes)) {
+    throw_error(Errc::overflow, "Layout: the byte size of shape " + format_dims(shape_) +
+                                    " with item size " + to_string(itemsize_) + " overflows int64");
+  }
+  size_ = has_zero ? 0 : count;
+  if (!checked_extent(shape_, strides_, itemsize_)) {
+    throw_error(Errc::overflow, "Layout: the byte extent of shape " + format_dims(shape_) +
+                                    " with strides " + format_dims(strides_) + " and item size " +
+                                    to_string(itemsize_) + " overflows int64");
+  }
+}
+
+Dims Layout::c_strides(std::span<const std::int64_t> shape, std::int64_t itemsize) {
+  Dims strides(shape.size());
+  std::int64_t step = itemsize;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    strides[i] = step;
+    if (shape[i] != 0) step = checked_mul(step, shape[i], "c_strides()");
+  }
+  return strides;
+}
+
+Dims Layout::f_strides(std::span<const std::int64_t> shape, std::int64_t itemsize) {
+  Dims strides(shape.size());
+  std::int64_t step = itemsize;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    strides[i] = step;
+    if (shape[i] != 0) step = checked_mul(step, shape[i], "f_strides()");
+  }
+  return strides;
+}
+
+Layout Layout::c_contiguous(std::span<const std::int64_t> shape, std::int64_t itemsize) {
+  return Layout(Dims(shape), c_strides(shape, itemsize), itemsize);
+}
+
+Layout Layout::f_contiguous(std::span<const std::int64_t> shape, std::int64_t itemsize) {
+  return Layout(Dims(shape), f_strides(shape, itemsize), itemsize);
+}
+
+std::optional<Layout::Extent> Layout::checked_extent(std::span<const std::int64_t> shape,
+                                                     std::span<const std::int64_t> byte_strides,
+                                                     std::int64_t itemsize) noexcept {
+  if (shape.size() != byte_strides.size()) return std::nullopt;
+  for (std::int64_t d : shape) {
+    if (d == 0) return Extent{0, 0};
+  }
+  Extent e{0, itemsize};
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    std::int64_t reach;
+    if (__builtin_mul_overflow(byte_strides[i], shape[i] - 1, &reach)) return std::nullopt;
+    std::int64_t& end = reach < 0 ? e.lo : e.hi;
+    if (__builtin_add_overflow(end, reach, &end)) return std::nullopt;
+  }
+  return e;
+}
+
+std::optional<std::int64_t> Layout::checked_nbytes(std::span<const std::int64_t> shape,
+                                                   std::int64_t itemsize) noexcept {
+  std::int64_t count;
+  bool has_zero;
+  std::int64_t bytes;
+  if (!count_nonzero(shape, count, has_zero) || __builtin_mul_overflow(count, itemsize, &bytes)) {
+    return std::nullopt;
+  }
+  return has_zero ? 0 : bytes;
+}
+
+bool Layout::is_c_contiguous() const noexcept {
+  if (size_ == 0) return true;
+  std::int64_t expected = itemsize_;
+  for (std::size_t i = shape_.size(); i-- > 0;) {
+    if (shape_[i] == 1) continue;
+    if (strides_[i] != expected) return false;
+    expected *= shape_[i];  // cannot overflow: nbytes fits
+  }
+  return true;
+}
+
+bool Layout::is_f_contiguous() const noexcept {
+  if (size_ == 0) return true;
+  std::int64_t expected = itemsize_;
+  for (std::size_t i = 0; i < shape_.size(); ++i) {
+    if (shape_[i] == 1) continue;
+    if (strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+Layout::Extent Layout::extent() const noexcept {
+  if (size_ == 0) return {0, 0};
+  Extent e{0, itemsize_};
+  for (std::size_t i = 0; i < shape_.size(); ++i) {
+    std::int64_t reach = strides_[i] * (shape_[i] - 1);  // checked on construction
+    (reach < 0 ? e.lo : e.hi) += reach;
+  }
+  return e;
+}
+
+Dims Layout::element_strides() const {
+  if (itemsize_ == 0) {
+    throw_error(Errc::value_error, "strides: element strides are undefined for an item size of 0");
+  }
+  Dims out(strides_.size());
+  for (std::size_t i = 0; i < strides_.size(); ++i) {
+    if (strides_[i] % itemsize_ != 0) {
+      throw_error(Errc::value_error, "strides: axis " + to_string(i) + " has a byte stride of " +
+                                         to_string(strides_[i]) +
+                                         ", which is not a multiple of the item size " +
+                                         to_string(itemsize_));
+    }
+    out[i] = strides_[i] / itemsize_;
+  }
+  return out;
+}
+
+Layout::Sliced Layout::slice(int axis, std::int64_t start, std::int64_t stop) const {
+  const int ax = normalize_axis(axis, ndim());
+  if (ax < 0) {
+    throw_error(Errc::index_error, "slice(): axis " + to_string(axis) + " is out of range (" +
+                                       axis_range_text(ndim()) + ")");
+  }
+  const std::int64_t n = shape_[ax];
+  auto fail = [&](const char* rule) {
+    std::string axis_text = to_string(axis);
+    if (axis != ax) axis_text += " (= " + to_string(ax) + ")";
+    throw_error(Errc::index_error, "slice(): axis " + axis_text + ", start " + to_string(start) +
+                                       ", stop " + to_string(stop) + ", N " + to_string(n) +
+                                       ": requires " + rule);
+  };
+  if (start < 0 || start >= n) fail("0 <= start < N");
+  if (stop < start || stop > n) fail("start <= stop <= N");
+  Dims shape = shape_;
+  shape[ax] = stop - start;
+  const std::int64_t offset = checked_mul(start, strides_[ax], "slice(): offset");
+  return {Layout(std::move(shape), strides_, itemsize_), offset};
+}
+
+Layout::Sliced Layout::index(std::span<const IndexItem> items) const {
+  int consumed = 0;
+  bool has_ellipsis = false;
+  for (const IndexItem& item : items) {
+    if (item.kind == IndexItem::Kind::integer || item.kind == IndexItem::Kind::slice) {
+      ++consumed;
+    } else if (item.kind == IndexItem::Kind::ellipsis) {
+      if (has_ellipsis) {
+        throw_error(Errc::index_error, "index(): an index can only have a single ellipsis ('...')");
+      }
+      has_ellipsis = true;
+    }
+  }
+  if (consumed > ndim()) {
+    throw_error(Errc::index_error, "index(): too many indices: the array is " + to_string(ndim()) +
+                                       "-dimensional, but " + to_string(consumed) +
+                                       " were indexed");
+  }
+
+  Dims shape, strides;
+  std::int64_t offset = 0;
+  int src = 0;
+  auto keep = [&](int count) {
+    for (int k = 0; k < count; ++k, ++src) {
+      shape.push_back(shape_[src]);
+      strides.push_back(strides_[src]);
+    }
+  };
+  for (const IndexItem& item : items) {
+    switch (item.kind) {
+      case IndexItem::Kind::integer: {
+        const std::int64_t n = shape_[src];
+        std::int64_t i = item.value < 0 ? item.value + n : item.value;
+        if (i < 0 || i >= n) {
+          throw_error(Errc::index_error, "index(): index " + to_string(item.value) +
+                                             " is out of bounds for axis " + to_string(src) +
+                                             " with size " + to_string(n));
+        }
+        offset = checked_add(offset, checked_mul(i, strides_[src], "index(): offset"),
+                             "index(): offset");
+        ++src;
+        break;
+      }
+      case IndexItem::Kind::slice: {
+        // Python's PySlice_Unpack + PySlice_AdjustIndices, then NumPy's view rules.
+        const std::int64_t n = shape_[src];
+        constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+        constexpr std::int64_t min = std::numeric_limits<std::int64_t>::min();
+        std::int64_t step = item.step.value_or(1);
+        if (step == 0) throw_error(Errc::value_error, "index(): slice step cannot be zero");
+        if (step < -max) step = -max;
+        std::int64_t start = item.start.value_or(step < 0 ? max : 0);
+        std::int64_t stop = item.stop.value_or(step < 0 ? min : max);
+        auto adjust = [&](std::int64_t& v) {
+          if (v < 0) {
+            v += n;
+            if (v < 0) v = step < 0 ? -1 : 0;
+          } else if (v >= n) {
+            v = step < 0 ? n - 1 : n;
+          }
+        };
+        adjust(start);
+        adjust(stop);
+        std::int64_t count = 0;
+        if (step < 0) {
+          if (stop < start) count = (start - stop - 1) / (-step) + 1;
+        } else if (start < stop) {
+          count = (stop - start - 1) / step + 1;
+        }
+        if (count == 0) {  // NumPy: an empty slice keeps the stride and the base
+          start = 0;
+          step = 1;
+        }
+        std::int64_t stride;
+        if (__builtin_mul_overflow(strides_[src], step, &stride)) {
+          // A stride used at most once is never read; keep the parent's.
+          if (count > 1) checked_mul(strides_[src], step, "index(): stride * step");
+          stride = strides_[src];
+        }
+        offset = checked_add(offset, checked_mul(start, strides_[src], "index(): offset"),
+                             "index(): offset");
+        shape.push_back(count);
+        strides.push_back(stride);
+        ++src;
+        break;
+      }
+      case IndexItem::Kind::newaxis:
+        shape.push_back(1);
+        strides.push_back(0);
+        break;
+      case IndexItem::Kind::ellipsis:
+        keep(ndim() - consumed);
+        break;
+    }
+  }
+  keep(ndim() - src);
+  if (shape.size() > static_cast<std::size_t>(max_ndim)) {
+    throw_error(Errc::index_error, "index(): the result would have " + to_string(shape.size()) +
+                                       " dimensions, at most " + to_string(max_ndim) +
+                                       " are supported");
+  }
+  return {Layout(std::move(shape), std::move(strides), itemsize_), offset};
+}
+
+Layout Layout::transpose() const {
+  Layout out = *this;
+  std::reverse(out.shape_.begin(), out.shape_.end());
+  std::reverse(out.strides_.begin(), out.strides_.end());
+  return out;
+}
+
+Layout Layout::permute(std::span<const int> axes) const {
+  if (axes.size() != shape_.size()) {
+    throw_error(Errc::value_error, "permute(): " + to_string(axes.size()) +
+                                       " axes given for an array of " + to_string(ndim()) +
+                                       " dimensions");
+  }
+  std::array<bool, max_ndim> seen{};
+  Layout out = *this;
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    const int ax = normalize_axis(axes[i], ndim());
+    if (ax < 0) {
+      throw_error(Errc::index_error, "permute(): axis " + to_string(axes[i]) +
+                                         " is out of range (" + axis_range_text(ndim()) + ")");
+    }
+    if (seen[ax]) {
+      throw_error(Errc::value_error, "permute(): axis " + to_string(ax) + " is repeated");
+    }
+    seen[ax] = true;
+    out.shape_[i] = shape_[ax];
+    out.strides_[i] = strides_[ax];
+  }
+  return out;
+}
+
+bool Layout::may_overlap() const noexcept {
+  if (size_ == 0) return false;
+  // Sorted by |stride|, each dim must step past everything the smaller ones reach.
+  // Unsigned: |INT64_MIN| and a span from lo < 0 to hi > 0 both fit in uint64.
+  std::array<std::pair<std::uint64_t, std::uint64_t>, max_ndim> dims;  // (|stride|, size)
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < shape_.size(); ++i) {
+    if (shape_[i] > 1) {
+      const auto s = static_cast<std::uint64_t>(strides_[i]);
+      dims[n++] = {strides_[i] < 0 ? 0 - s : s, static_cast<std::uint64_t>(shape_[i])};
+    }
+  }
+  std::sort(dims.begin(), dims.begin() + n);
+  auto reach = static_cast<std::uint64_t>(itemsize_);  // bytes spanned by the inner block
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto [stride, size] = dims[i];
+    if (stride < reach) return true;
+    reach += stride * (size - 1);  // at most hi - lo of the extent
+  }
+  return false;
+}
+
+}  // namespace cai
