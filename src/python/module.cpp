@@ -1,3 +1,10 @@
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
 #include "cai/version.h"
 #include "python/common.h"
 
@@ -5,6 +12,17 @@
 #define CAI_STR(x) CAI_STR2(x)
 
 namespace cai::python {
+
+namespace {
+// Lines from the sync layer's trace hook; it may be called without the GIL, from any thread.
+std::mutex g_trace_mutex;
+std::vector<std::string>* g_trace_lines = new std::vector<std::string>;  // leaked on purpose
+
+void collect_trace(const std::string& line) {
+  std::lock_guard lock(g_trace_mutex);
+  g_trace_lines->push_back(line);
+}
+}  // namespace
 
 Config& config() {
   static Config c;
@@ -26,4 +44,13 @@ NB_MODULE(_cai, m) {
   m.def("_set_import_sync", [](bool v) { config().import_sync = v; });
   m.def("_get_export_stream", [] { return config().export_stream; });
   m.def("_set_export_stream", [](bool v) { config().export_stream = v; });
+  m.def(
+      "_set_trace", [](bool on) { cai::sync::set_trace(on ? &collect_trace : nullptr); },
+      "Collects a line for every stream wait cai enqueues (see _take_trace).");
+  m.def("_take_trace", [] {
+    std::lock_guard lock(g_trace_mutex);
+    std::vector<std::string> out;
+    out.swap(*g_trace_lines);
+    return out;
+  });
 }
