@@ -1,0 +1,516 @@
+// The CUDA backend: how it loads (or reports why it cannot), the embedded PTX, and, on a
+// machine with a GPU, the backend itself against the CPU reference kernels of checks.h.
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cai/core/error.h"
+#include "cai/device/backend.h"
+#include "device/checks.h"
+#include "device/cuda/cuda_backend.h"
+
+namespace {
+
+using cai::Errc;
+using cai::Error;
+using namespace cai::device;
+
+bool driver_library_present() {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return false;
+  dlclose(h);
+  return true;
+}
+
+TEST(cuda_loader_test, no_driver_is_reported_clearly) {
+  if (detail::probe_cuda()) GTEST_SKIP() << "a CUDA driver and device are present";
+  try {
+    detail::make_cuda_backend();
+    FAIL() << "make_cuda_backend() succeeded although probe_cuda() is false";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::device_error);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("CUDA backend"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("CAI_BACKEND=sim"), std::string::npos) << msg;
+    if (!driver_library_present()) {
+      // Either the driver is missing or the backend was compiled out; both say which.
+      const bool names_cause = msg.find("libcuda.so.1 not found") != std::string::npos ||
+                               msg.find("without CUDA headers") != std::string::npos;
+      EXPECT_TRUE(names_cause) << msg;
+    }
+  }
+}
+
+TEST(cuda_loader_test, probe_is_cached_and_never_throws) {
+  const bool first = detail::probe_cuda();
+  EXPECT_EQ(detail::probe_cuda(), first);
+  if (!driver_library_present()) EXPECT_FALSE(first);
+  if (!first) {
+    // The same reason every time.
+    std::string a, b;
+    try {
+      detail::make_cuda_backend();
+    } catch (const Error& e) {
+      a = e.what();
+    }
+    try {
+      detail::make_cuda_backend();
+    } catch (const Error& e) {
+      b = e.what();
+    }
+    EXPECT_FALSE(a.empty());
+    EXPECT_EQ(a, b);
+  }
+}
+
+TEST(cuda_loader_test, kernel_names) {
+  auto names = detail::cuda_kernel_names();
+  ASSERT_EQ(names.size(), 24u);
+  std::set<std::string_view> unique(names.begin(), names.end());
+  EXPECT_EQ(unique.size(), names.size());
+  EXPECT_EQ(names[0], "cai_copy_strided_1");
+  EXPECT_EQ(names[5], "cai_fill_1");
+  // Adds follow ElementType.
+  EXPECT_EQ(names[10 + static_cast<int>(ElementType::b8)], "cai_add_b8");
+  EXPECT_EQ(names[10 + static_cast<int>(ElementType::f16)], "cai_add_f16");
+  EXPECT_EQ(names[10 + static_cast<int>(ElementType::c128)], "cai_add_c128");
+}
+
+TEST(cuda_loader_test, embedded_ptx_has_every_kernel) {
+  if (!detail::cuda_kernels_built()) {
+    EXPECT_TRUE(detail::cuda_kernels_ptx().empty());
+    GTEST_SKIP() << "built without nvcc";
+  }
+  const std::string_view ptx = detail::cuda_kernels_ptx();
+  ASSERT_FALSE(ptx.empty());
+  EXPECT_EQ(ptx.data()[ptx.size()], '\0');  // cuModuleLoadData reads up to the NUL
+  EXPECT_NE(ptx.find(".version"), std::string_view::npos);
+  EXPECT_NE(ptx.find(".target"), std::string_view::npos);
+  for (std::string_view name : detail::cuda_kernel_names()) {
+    const std::string entry = ".entry " + std::string(name) + "(";
+    EXPECT_NE(ptx.find(entry), std::string_view::npos) << entry;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// With a GPU: the backend against host references. Skipped where there is no driver.
+
+class cuda_backend_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!detail::probe_cuda()) GTEST_SKIP() << "no CUDA driver or device";
+    be_ = detail::make_cuda_backend();
+    stream_ = be_->stream_create(true);
+  }
+  void TearDown() override {
+    if (!be_) return;
+    be_->stream_synchronize(stream_);
+    for (std::uint64_t p : allocs_) be_->free(p);
+    be_->stream_destroy(stream_);
+  }
+
+  std::uint64_t alloc(MemoryKind kind, std::size_t bytes) {
+    std::uint64_t p = be_->alloc(kind, bytes);
+    allocs_.push_back(p);
+    return p;
+  }
+  std::uint64_t upload(const std::vector<std::uint8_t>& host) {
+    std::uint64_t p = alloc(MemoryKind::device, host.size());
+    be_->copy_async(p, addr(host.data()), host.size(), stream_);
+    return p;
+  }
+  std::vector<std::uint8_t> download(std::uint64_t p, std::size_t bytes) {
+    std::vector<std::uint8_t> host(bytes);
+    be_->copy_async(addr(host.data()), p, bytes, stream_);
+    be_->stream_synchronize(stream_);
+    return host;
+  }
+  static std::uint64_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+  static bool kernels() { return detail::cuda_kernels_built(); }
+
+  std::unique_ptr<Backend> be_;
+  StreamHandle stream_ = 0;
+  std::vector<std::uint64_t> allocs_;
+};
+
+std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::uint8_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>((i * 131 + seed * 7) & 0xff);
+  return v;
+}
+
+TEST_F(cuda_backend_test, devices) {
+  EXPECT_EQ(be_->name(), "cuda");
+  const int n = be_->device_count();
+  ASSERT_GE(n, 1);
+  DeviceProperties p = be_->properties(0);
+  EXPECT_FALSE(p.name.empty());
+  EXPECT_GE(p.compute_major, 5);
+  EXPECT_GT(p.total_memory, 0u);
+  EXPECT_GT(p.multiprocessors, 0);
+  const int cur = be_->current_device();
+  EXPECT_GE(cur, 0);
+  EXPECT_LT(cur, n);
+  be_->set_current_device(cur);
+  EXPECT_EQ(be_->current_device(), cur);
+  try {
+    be_->properties(n);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::index_error);
+  }
+}
+
+TEST_F(cuda_backend_test, pointer_attributes) {
+  const std::size_t bytes = 4096;
+  std::uint64_t d = alloc(MemoryKind::device, bytes);
+  std::uint64_t h = alloc(MemoryKind::pinned_host, bytes);
+  std::uint64_t m = alloc(MemoryKind::managed, bytes);
+  EXPECT_EQ(be_->alloc(MemoryKind::device, 0), 0u);
+
+  PointerInfo di = be_->pointer_info(d + 16);
+  EXPECT_EQ(di.kind, MemoryKind::device);
+  EXPECT_EQ(di.device, be_->current_device());
+  EXPECT_TRUE(di.device_accessible);
+  EXPECT_FALSE(di.host_accessible);
+  EXPECT_NE(di.context, 0u);
+  EXPECT_EQ(di.alloc_base, d);
+  EXPECT_GE(di.alloc_size, bytes);
+
+  PointerInfo hi = be_->pointer_info(h);
+  EXPECT_EQ(hi.kind, MemoryKind::pinned_host);
+  EXPECT_TRUE(hi.host_accessible);
+  EXPECT_TRUE(hi.device_accessible);
+
+  PointerInfo mi = be_->pointer_info(m);
+  EXPECT_EQ(mi.kind, MemoryKind::managed);
+  EXPECT_TRUE(mi.host_accessible);
+  EXPECT_TRUE(mi.device_accessible);
+
+  std::vector<int> pageable(16);
+  PointerInfo ui = be_->pointer_info(addr(pageable.data()));
+  EXPECT_EQ(ui.kind, MemoryKind::unregistered);
+  EXPECT_EQ(be_->pointer_info(0).kind, MemoryKind::unregistered);
+
+  be_->free(0);
+  try {
+    be_->free(d + 16);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::value_error);
+  }
+  try {
+    be_->free(addr(pageable.data()));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::value_error);
+  }
+}
+
+TEST_F(cuda_backend_test, plain_copies_and_memset) {
+  const std::size_t n = 1 << 16;
+  std::vector<std::uint8_t> src = pattern(n, 1);
+  std::uint64_t d = upload(src);
+  EXPECT_EQ(download(d, n), src);
+
+  be_->memset_async(d + 100, 0xab, 1000, stream_);
+  std::vector<std::uint8_t> expect = src;
+  std::fill(expect.begin() + 100, expect.begin() + 1100, 0xab);
+  EXPECT_EQ(download(d, n), expect);
+
+  // Overlapping copy behaves like memmove.
+  be_->copy_async(d + 1, d, 4096, stream_);
+  std::memmove(expect.data() + 1, expect.data(), 4096);
+  EXPECT_EQ(download(d, n), expect);
+
+  // Pageable host memory is the caller's: no memset there, as on the simulator.
+  std::vector<std::uint8_t> host(64, 0);
+  try {
+    be_->memset_async(addr(host.data()), 7, 16, stream_);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::device_error);
+  }
+
+  EXPECT_THROW(be_->copy_async(d, d + 1, 1, 0), Error);
+}
+
+struct StridedCase {
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> dst_strides, src_strides;
+  std::int64_t dst_offset, src_offset;  // bytes from the buffer start to the base pointer
+  std::size_t itemsize;
+};
+
+std::vector<StridedCase> strided_cases() {
+  return {
+      // C-contiguous both: one plain copy.
+      {{4, 5}, {20, 4}, {20, 4}, 0, 0, 4},
+      // Transpose.
+      {{4, 5}, {4, 16}, {20, 4}, 0, 0, 4},
+      // Reversed source, odd item size.
+      {{7, 3}, {9, 3}, {-9, -3}, 0, 6 * 9 + 2 * 3, 3},
+      // Every other element, 16-byte items.
+      {{3, 4}, {64, 16}, {128, 32}, 0, 0, 16},
+      // Misaligned base: falls back to narrower words.
+      {{5, 6}, {48, 8}, {8, 40}, 1, 3, 8},
+      // A broadcast source (stride 0).
+      {{6, 4}, {16, 4}, {0, 4}, 0, 0, 4},
+      // 0-d.
+      {{}, {}, {}, 4, 8, 4},
+  };
+}
+
+std::size_t span_bytes(const StridedCase& c, bool dst) {
+  auto e = detail::byte_extent(c.shape, dst ? c.dst_strides : c.src_strides, c.itemsize);
+  return static_cast<std::size_t>(e.hi) +
+         static_cast<std::size_t>(dst ? c.dst_offset : c.src_offset) + 64;
+}
+
+// Runs one case with the given memory kinds (device or pageable host) for each side.
+void run_strided(Backend& be, StreamHandle s, const StridedCase& c, bool dst_on_device,
+                 bool src_on_device, std::vector<std::uint64_t>& allocs) {
+  const std::size_t dn = span_bytes(c, true), sn = span_bytes(c, false);
+  std::vector<std::uint8_t> src_host = pattern(sn, 3), dst_host = pattern(dn, 5);
+  std::vector<std::uint8_t> expect = dst_host;
+  detail::host_copy_strided(
+      {reinterpret_cast<std::uintptr_t>(expect.data()) + c.dst_offset, c.dst_strides},
+      {reinterpret_cast<std::uintptr_t>(src_host.data()) + c.src_offset, c.src_strides}, c.shape,
+      c.itemsize);
+
+  auto place = [&](std::vector<std::uint8_t>& host, bool on_device) -> std::uint64_t {
+    if (!on_device) return reinterpret_cast<std::uintptr_t>(host.data());
+    std::uint64_t p = be.alloc(MemoryKind::device, host.size());
+    allocs.push_back(p);
+    be.copy_async(p, reinterpret_cast<std::uintptr_t>(host.data()), host.size(), s);
+    return p;
+  };
+  std::uint64_t dbase = place(dst_host, dst_on_device);
+  std::uint64_t sbase = place(src_host, src_on_device);
+  be.copy_strided_async({dbase + static_cast<std::uint64_t>(c.dst_offset), c.dst_strides},
+                        {sbase + static_cast<std::uint64_t>(c.src_offset), c.src_strides}, c.shape,
+                        c.itemsize, s);
+  std::vector<std::uint8_t> got(dn);
+  be.copy_async(reinterpret_cast<std::uintptr_t>(got.data()), dbase, dn, s);
+  be.stream_synchronize(s);
+  EXPECT_EQ(got, expect) << "dst on device " << dst_on_device << ", src on device " << src_on_device
+                         << ", itemsize " << c.itemsize;
+}
+
+TEST_F(cuda_backend_test, strided_copies_match_host_reference) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+  for (const StridedCase& c : strided_cases()) {
+    for (bool dd : {true, false}) {
+      for (bool sd : {true, false}) run_strided(*be_, stream_, c, dd, sd, allocs_);
+    }
+  }
+}
+
+TEST_F(cuda_backend_test, overlapping_strided_copy_reads_source_first) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+  const std::size_t n = 256;
+  std::vector<std::uint8_t> host = pattern(n, 9);
+  std::uint64_t d = upload(host);
+  const std::int64_t shape[] = {32};
+  const std::int64_t dst_strides[] = {4}, src_strides[] = {-4};
+  // Reverse 32 4-byte items in place.
+  be_->copy_strided_async({d, dst_strides}, {d + 31 * 4, src_strides}, shape, 4, stream_);
+  std::vector<std::uint8_t> expect = host;
+  detail::host_copy_strided({addr(expect.data()), dst_strides},
+                            {addr(expect.data()) + 31 * 4, src_strides}, shape, 4);
+  EXPECT_EQ(download(d, n), expect);
+}
+
+TEST_F(cuda_backend_test, fill_matches_host_reference) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+  for (std::size_t itemsize : {1u, 3u, 4u, 16u, 40u}) {
+    const std::int64_t shape[] = {5, 3};
+    const std::int64_t strides[] = {static_cast<std::int64_t>(itemsize * 7),
+                                    -static_cast<std::int64_t>(itemsize * 2)};
+    const std::size_t n = itemsize * 40;
+    std::vector<std::uint8_t> host = pattern(n, 11), value = pattern(itemsize, 13);
+    const std::uint64_t off = itemsize * 4;
+    std::vector<std::uint8_t> expect = host;
+    detail::host_fill({addr(expect.data()) + off, strides}, shape, itemsize, value.data());
+    std::uint64_t d = upload(host);
+    be_->fill_async({d + off, strides}, shape, itemsize, value.data(), stream_);
+    EXPECT_EQ(download(d, n), expect) << "itemsize " << itemsize;
+    // Pageable destination: refused, as on the simulator.
+    std::vector<std::uint8_t> h = host;
+    EXPECT_THROW(
+        be_->fill_async({addr(h.data()) + off, strides}, shape, itemsize, value.data(), stream_),
+        Error);
+  }
+}
+
+// Small exact values of each type, as bytes.
+std::vector<std::uint8_t> typed_values(ElementType t, std::size_t count, int seed) {
+  const std::size_t size = element_size(t);
+  std::vector<std::uint8_t> out(count * size);
+  for (std::size_t i = 0; i < count; ++i) {
+    const int v = static_cast<int>((i * 37 + static_cast<std::size_t>(seed)) % 200) - 100;
+    std::uint8_t* p = out.data() + i * size;
+    auto put = [&](auto x) { std::memcpy(p, &x, sizeof x); };
+    switch (t) {
+      case ElementType::b8:
+        put(static_cast<std::uint8_t>(v > 0));
+        break;
+      case ElementType::i8:
+      case ElementType::u8:
+        put(static_cast<std::int8_t>(v));
+        break;
+      case ElementType::i16:
+      case ElementType::u16:
+        put(static_cast<std::int16_t>(v * 300));
+        break;
+      case ElementType::i32:
+      case ElementType::u32:
+        put(static_cast<std::int32_t>(v * 30000000));
+        break;
+      case ElementType::i64:
+      case ElementType::u64:
+        put(static_cast<std::int64_t>(v) * 90000000000000000);
+        break;
+      case ElementType::f16:
+        put(detail::float_to_half(static_cast<float>(v) * 0.37f));
+        break;
+      case ElementType::f32:
+        put(static_cast<float>(v) * 0.37f);
+        break;
+      case ElementType::f64:
+      case ElementType::c64:
+        if (t == ElementType::f64) {
+          put(static_cast<double>(v) * 0.37);
+        } else {
+          put(std::array<float, 2>{static_cast<float>(v) * 0.5f, static_cast<float>(-v)});
+        }
+        break;
+      case ElementType::c128:
+        put(std::array<double, 2>{static_cast<double>(v) * 0.25, static_cast<double>(v)});
+        break;
+    }
+  }
+  return out;
+}
+
+TEST_F(cuda_backend_test, add_matches_host_reference) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+  for (int ti = 0; ti <= static_cast<int>(ElementType::c128); ++ti) {
+    const auto t = static_cast<ElementType>(ti);
+    const auto size = static_cast<std::int64_t>(element_size(t));
+    const std::int64_t shape[] = {6, 7};
+    const std::int64_t c_strides[] = {7 * size, size};
+    const std::int64_t f_strides[] = {size, 6 * size};
+    const std::size_t n = static_cast<std::size_t>(42 * size);
+    std::vector<std::uint8_t> a = typed_values(t, 42, 1), b = typed_values(t, 42, 2);
+    std::vector<std::uint8_t> expect(n, 0);
+    detail::host_add({addr(expect.data()), c_strides}, {addr(a.data()), c_strides},
+                     {addr(b.data()), f_strides}, shape, t);
+    std::uint64_t da = upload(a), db = upload(b), dout = upload(std::vector<std::uint8_t>(n, 0));
+    be_->add_async({dout, c_strides}, {da, c_strides}, {db, f_strides}, shape, t, stream_);
+    EXPECT_EQ(download(dout, n), expect) << detail::element_type_name(t);
+    // Pageable operands are refused, as on the simulator.
+    try {
+      be_->add_async({dout, c_strides}, {addr(a.data()), c_strides}, {db, f_strides}, shape, t,
+                     stream_);
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::device_error);
+    }
+  }
+}
+
+TEST_F(cuda_backend_test, too_many_dims_after_merging) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+  // 17 dims of 2, C order on one side and F order on the other: nothing merges.
+  std::vector<std::int64_t> shape(17, 2), c(17), f(17);
+  for (std::size_t d = 0; d < 17; ++d) {
+    c[16 - d] = std::int64_t{1} << d;
+    f[d] = std::int64_t{1} << d;
+  }
+  std::uint64_t x = alloc(MemoryKind::device, 1 << 17), y = alloc(MemoryKind::device, 1 << 17);
+  try {
+    be_->copy_strided_async({x, c}, {y, f}, shape, 1, stream_);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::not_implemented);
+  }
+  // Mergeable layouts of the same rank are fine.
+  be_->copy_strided_async({x, c}, {y, c}, shape, 1, stream_);
+}
+
+TEST_F(cuda_backend_test, no_kernels_is_not_implemented) {
+  if (kernels()) GTEST_SKIP() << "built with kernels";
+  std::uint64_t d = alloc(MemoryKind::device, 64);
+  const std::int64_t shape[] = {4}, strides[] = {8};
+  const int value = 1;
+  try {
+    be_->fill_async({d, strides}, shape, sizeof value, &value, stream_);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::not_implemented);
+    EXPECT_NE(std::string(e.what()).find("nvcc"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(cuda_backend_test, streams_and_events) {
+  StreamHandle s2 = be_->stream_create(false);
+  EventHandle e0 = be_->event_create(true), e1 = be_->event_create(true);
+  EventHandle plain = be_->event_create(false);
+  std::uint64_t d = alloc(MemoryKind::device, 1 << 20);
+  be_->event_record(e0, stream_);
+  be_->memset_async(d, 1, 1 << 20, stream_);
+  be_->event_record(e1, stream_);
+  be_->event_record(plain, stream_);
+  be_->stream_wait_event(s2, plain);
+  be_->memset_async(d, 2, 16, s2);
+  be_->stream_synchronize(s2);
+  be_->event_synchronize(e1);
+  EXPECT_TRUE(be_->event_query(e1));
+  EXPECT_TRUE(be_->stream_query(stream_));
+  EXPECT_GE(be_->event_elapsed_ms(e0, e1), 0.0f);
+  std::vector<std::uint8_t> got = download(d, 32);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(got[static_cast<std::size_t>(i)], i < 16 ? 2 : 1);
+
+  // The default streams work and cannot be destroyed; 0 is rejected.
+  be_->memset_async(d, 3, 16, kLegacyDefaultStream);
+  be_->stream_synchronize(kLegacyDefaultStream);
+  be_->memset_async(d, 4, 16, kPerThreadDefaultStream);
+  be_->stream_synchronize(kPerThreadDefaultStream);
+  be_->synchronize();
+  for (StreamHandle bad : {StreamHandle{0}, kLegacyDefaultStream, kPerThreadDefaultStream}) {
+    try {
+      be_->stream_destroy(bad);
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::value_error);
+    }
+  }
+  be_->event_destroy(e0);
+  be_->event_destroy(e1);
+  be_->event_destroy(plain);
+  be_->stream_destroy(s2);
+}
+
+TEST_F(cuda_backend_test, driver_errors_name_the_function) {
+  // Far more than any GPU has.
+  try {
+    be_->alloc(MemoryKind::device, std::size_t{1} << 60);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::device_error);
+    EXPECT_NE(std::string(e.what()).find("cuMemAlloc"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CUDA_ERROR_"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
