@@ -1,7 +1,8 @@
 """cai: the CUDA Array Interface and DLPack, zero-copy, stream-correct and cheap per call.
 
 Arrays: device_array, device_array_like, to_device, DeviceNDArray.
-Import: as_cuda_array, from_cuda_array_interface, is_cuda_array.
+Import: as_cuda_array, from_cuda_array_interface, is_cuda_array, from_dlpack.
+Tile-style global array: Array (DLPack or CAI in, both out, element strides, slice).
 Streams and events: stream, default_stream, legacy_default_stream, per_thread_default_stream,
 external_stream, event, synchronize.
 Operations: cai.ops.copy, cai.ops.fill, cai.ops.add. Switches: cai.config. Simulator: cai.sim.
@@ -22,6 +23,7 @@ from ._cai import (
     event,
     external_stream,
     from_cuda_array_interface,
+    from_dlpack,
     is_cuda_array,
     legacy_default_stream,
     per_thread_default_stream,
@@ -31,12 +33,13 @@ from ._cai import (
 )
 from ._cai import ops, sim
 from . import config
+from ._tile import Array
 
 from ._cai import __version__
 
 __all__ = [
     "DeviceError", "DeviceNDArray", "Event", "RaceError", "Stream", "as_cuda_array", "backend",
     "config", "cuda_available", "default_stream", "device_array", "device_array_like", "event",
-    "external_stream", "from_cuda_array_interface", "is_cuda_array", "legacy_default_stream",
+    "external_stream", "from_cuda_array_interface", "from_dlpack", "Array", "is_cuda_array", "legacy_default_stream",
     "ops", "per_thread_default_stream", "sim", "stream", "synchronize", "to_device",
 ]

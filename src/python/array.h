@@ -2,6 +2,7 @@
 
 // Internal to the extension: cai.DeviceNDArray and the import/export of the CAI.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,9 @@ namespace cai::python {
 struct PyArray {
   View view;
   nb::object np_dtype;  ///< numpy.dtype, built on first use
+  /// Element strides for DLTensors that borrow from this array (built on first use).
+  Dims element_strides;
+  bool element_strides_ready = false;
 };
 
 /// Wraps a View in a new cai.DeviceNDArray.
@@ -27,6 +31,16 @@ PyArray* as_py_array(nb::handle obj) noexcept;
 /// `entry` names the caller in messages. With sync, an integer stream becomes the array's
 /// stream (CAI v3 consumer rule, honoured by every later operation with events).
 View import_view(nb::handle obj, bool sync, const char* entry);
+
+/// Imports an object through DLPack (the C exchange API of its type when it has one, else
+/// __dlpack__). A CPU tensor is copied to the device only with copy=true; otherwise
+/// BufferError. copy=true always gives a new device array.
+View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry);
+/// True when obj's type exposes the DLPack protocol.
+bool has_dlpack(nb::handle obj);
+
+/// Keeps a Python object alive from C++ (released under the GIL; leaked after finalization).
+std::shared_ptr<const void> keep_alive(nb::handle obj);
 
 /// Validates a CAI dict into a View whose memory is kept alive by `owner` (may be None).
 View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry,

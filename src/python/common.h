@@ -46,5 +46,6 @@ void bind_core(nb::module_& m);
 void bind_device(nb::module_& m);
 void bind_array(nb::module_& m);
 void bind_ops(nb::module_& m);
+void bind_dlpack(nb::module_& m);
 
 }  // namespace cai::python

@@ -105,10 +105,8 @@ void read_data(PyObject* o, InterfaceFields& f) {
   f.read_only = PyObject_IsTrue(ro) == 1;
 }
 
-nb::object shared_owner_object(nb::handle owner) { return nb::borrow(owner); }
+}  // namespace
 
-// Keeps a Python object alive from C++: released under the GIL, and leaked when the
-// interpreter is already gone (no Python call is legal then).
 std::shared_ptr<const void> keep_alive(nb::handle obj) {
   if (!obj.is_valid() || obj.is_none()) return nullptr;
   Py_INCREF(obj.ptr());
@@ -119,6 +117,8 @@ std::shared_ptr<const void> keep_alive(nb::handle obj) {
     PyGILState_Release(st);
   });
 }
+
+namespace {
 
 View view_from_validated(const Interface& itf, std::shared_ptr<const void> owner, bool sync) {
   std::shared_ptr<sync::SyncState> state;
@@ -260,6 +260,8 @@ View import_view(nb::handle obj, bool sync, const char* entry) {
   if (!desc) {
     if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
     PyErr_Clear();
+    // No CAI: DLPack is the other road onto the device.
+    if (has_dlpack(obj)) return import_dlpack(obj, std::nullopt, sync, entry);
     throw_error(Errc::type_error, std::string(entry) + ": " + type_name(obj.ptr()) +
                                       " object has no __cuda_array_interface__ (expected a GPU "
                                       "array: cai, CuPy, PyTorch, Numba, JAX, ...)");

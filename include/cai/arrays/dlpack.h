@@ -1,0 +1,43 @@
+#pragma once
+
+// DLPack <-> View, for C++ and for the bindings: export a View as an owning
+// DLManagedTensorVersioned (or legacy DLManagedTensor), and import one, taking ownership.
+// No stream work happens here; ordering is the caller's (see cai/sync/ordering.h).
+
+#include "cai/arrays/view.h"
+#include "cai/core/dlpack.h"
+
+namespace cai {
+
+/// The DLPack device of a View's memory: kDLCUDA for device memory (the simulator's too),
+/// kDLCUDAHost for pinned, kDLCUDAManaged for managed, kDLCPU for memory no backend knows.
+DLDevice dlpack_device(const View& v);
+
+/// A new owning tensor that keeps `v` (and what keeps it alive) until its deleter runs.
+/// `flags` are added to the tensor's own (READ_ONLY when v is read-only).
+DLManagedTensorVersioned* to_dlpack_versioned(const View& v, std::uint64_t flags = 0);
+/// The pre-1.0 form. Throws Error(buffer_error) for a read-only View: the legacy struct has no
+/// way to say so and a consumer would write to it.
+DLManagedTensor* to_dlpack_legacy(const View& v);
+
+/// What a consumer wants of a tensor it imports.
+struct DlpackImport {
+  DLDevice device;
+  bool readonly = false;
+  bool copied = false;
+};
+
+/// Takes ownership of `t` (its deleter runs exactly once, when the last View sharing it goes,
+/// or at once if this throws). `keep` is added to what the View keeps alive; `release` runs
+/// the deleter (so that a binding can do it under the right lock); null means call it directly.
+View from_dlpack(DLManagedTensorVersioned* t, std::shared_ptr<const void> keep = nullptr,
+                 void (*release)(DLManagedTensorVersioned*) = nullptr,
+                 DlpackImport* info = nullptr);
+View from_dlpack(DLManagedTensor* t, std::shared_ptr<const void> keep = nullptr,
+                 void (*release)(DLManagedTensor*) = nullptr, DlpackImport* info = nullptr);
+
+/// Fills a DLTensor that borrows `v`'s shape and `element_strides` (which the caller keeps
+/// alive), for the no-copy dltensor_from_py_object path.
+void fill_dltensor(const View& v, const Dims& element_strides, DLTensor& out);
+
+}  // namespace cai

@@ -1,0 +1,183 @@
+#include "cai/arrays/dlpack.h"
+
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "cai/core/error.h"
+
+namespace cai {
+namespace {
+
+// One allocation per export: the managed tensor, its shape and strides, and the View that
+// keeps the memory alive.
+template <class Managed>
+struct ExportCtx {
+  Managed managed{};
+  View view;
+  Dims shape;
+  Dims strides;  // elements
+};
+
+template <class Managed>
+void delete_export(Managed* m) {
+  delete static_cast<ExportCtx<Managed>*>(m->manager_ctx);
+}
+
+template <class Managed>
+ExportCtx<Managed>* make_export(const View& v, const char* entry) {
+  auto ctx = std::make_unique<ExportCtx<Managed>>();
+  ctx->view = v;
+  ctx->shape = Dims(v.shape());
+  try {
+    ctx->strides = v.layout().element_strides();
+  } catch (const Error& e) {
+    throw_error(Errc::buffer_error, std::string(entry) + ": " + e.what() +
+                                        " (DLPack strides count elements)");
+  }
+  DLTensor& t = ctx->managed.dl_tensor;
+  t.data = reinterpret_cast<void*>(v.ptr());
+  t.device = dlpack_device(v);
+  t.ndim = v.ndim();
+  try {
+    t.dtype = v.dtype().to_dlpack();
+  } catch (const Error& e) {
+    throw_error(Errc::buffer_error, std::string(entry) + ": " + e.what());
+  }
+  t.shape = ctx->shape.data();
+  // Since DLPack 1.2 strides are never NULL for ndim > 0.
+  t.strides = ctx->strides.data();
+  t.byte_offset = 0;
+  ctx->managed.manager_ctx = ctx.get();
+  ctx->managed.deleter = &delete_export<Managed>;
+  return ctx.release();
+}
+
+// Builds a View over a tensor; `owner` must already own the tensor.
+View view_of(const DLTensor& t, bool readonly, std::shared_ptr<const void> owner,
+             const char* entry) {
+  if (t.ndim < 0 || t.ndim > max_ndim)
+    throw_error(Errc::buffer_error, std::string(entry) + ": ndim " + std::to_string(t.ndim) +
+                                        " is out of range [0, " + std::to_string(max_ndim) + "]");
+  if (t.ndim > 0 && !t.shape)
+    throw_error(Errc::buffer_error, std::string(entry) + ": shape is NULL with ndim " +
+                                        std::to_string(t.ndim));
+  DType dtype;
+  try {
+    dtype = DType::from_dlpack(t.dtype);
+  } catch (const Error& e) {
+    throw_error(Errc::buffer_error, e.what());
+  }
+  const auto n = static_cast<std::size_t>(t.ndim);
+  Dims shape(std::span<const std::int64_t>(t.shape, n));
+  Dims strides(n);
+  const std::int64_t itemsize = dtype.itemsize();
+  if (t.strides) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (__builtin_mul_overflow(t.strides[i], itemsize, &strides[i]))
+        throw_error(Errc::buffer_error, std::string(entry) + ": stride " +
+                                            std::to_string(t.strides[i]) + " of axis " +
+                                            std::to_string(i) + " overflows in bytes");
+    }
+  } else {
+    // NULL strides (producers before DLPack 1.2): compact row-major.
+    strides = Layout::c_strides(shape, itemsize);
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    if (shape[i] < 0)
+      throw_error(Errc::buffer_error, std::string(entry) + ": shape[" + std::to_string(i) +
+                                          "] is negative (" + std::to_string(shape[i]) + ")");
+  Layout layout(std::move(shape), std::move(strides), itemsize);
+  std::uint64_t ptr = reinterpret_cast<std::uint64_t>(t.data) + t.byte_offset;
+  if (layout.size() == 0) ptr = 0;
+  else if (ptr == 0)
+    throw_error(Errc::buffer_error, std::string(entry) + ": data is NULL for a tensor of " +
+                                        std::to_string(layout.size()) + " elements");
+  return View(ptr, std::move(dtype), std::move(layout), readonly,
+              std::make_shared<sync::SyncState>(), std::move(owner));
+}
+
+template <class Managed>
+std::shared_ptr<const void> owning(Managed* t, void (*release)(Managed*),
+                                   std::shared_ptr<const void> keep) {
+  // The deleter runs once, when the last View goes; `keep` dies after it.
+  return std::shared_ptr<const void>(t, [release, keep = std::move(keep)](const void* p) {
+    auto* m = static_cast<Managed*>(const_cast<void*>(p));
+    if (release)
+      release(m);
+    else if (m->deleter)
+      m->deleter(m);
+  });
+}
+
+}  // namespace
+
+DLDevice dlpack_device(const View& v) {
+  auto& backend = device::backend();
+  if (v.ptr() == 0) return {kDLCUDA, backend.current_device()};
+  const device::PointerInfo info = backend.pointer_info(v.ptr());
+  switch (info.kind) {
+    case device::MemoryKind::device:
+      return {kDLCUDA, info.device};
+    case device::MemoryKind::pinned_host:
+      return {kDLCUDAHost, 0};
+    case device::MemoryKind::managed:
+      return {kDLCUDAManaged, 0};
+    case device::MemoryKind::unregistered:
+      break;
+  }
+  return {kDLCPU, 0};
+}
+
+DLManagedTensorVersioned* to_dlpack_versioned(const View& v, std::uint64_t flags) {
+  auto* ctx = make_export<DLManagedTensorVersioned>(v, "__dlpack__()");
+  ctx->managed.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+  ctx->managed.flags = flags | (v.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
+  return &ctx->managed;
+}
+
+DLManagedTensor* to_dlpack_legacy(const View& v) {
+  if (v.readonly())
+    throw_error(Errc::buffer_error,
+                "__dlpack__(): the array is read-only and a legacy (unversioned) DLPack tensor "
+                "cannot say so; ask for max_version=(1, 0) or later");
+  return &make_export<DLManagedTensor>(v, "__dlpack__()")->managed;
+}
+
+View from_dlpack(DLManagedTensorVersioned* t, std::shared_ptr<const void> keep,
+                 void (*release)(DLManagedTensorVersioned*), DlpackImport* info) {
+  constexpr const char* entry = "from_dlpack()";
+  if (!t) throw_error(Errc::buffer_error, "from_dlpack(): the producer gave a NULL tensor");
+  auto owner = owning(t, release, std::move(keep));  // owns t from here on, also on errors
+  if (t->version.major != DLPACK_MAJOR_VERSION)
+    throw_error(Errc::buffer_error,
+                std::string(entry) + ": DLPack major version " + std::to_string(t->version.major) +
+                    " is not supported (cai reads " + std::to_string(DLPACK_MAJOR_VERSION) + ".x)");
+  const bool readonly = (t->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
+  if (info) {
+    info->device = t->dl_tensor.device;
+    info->readonly = readonly;
+    info->copied = (t->flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0;
+  }
+  return view_of(t->dl_tensor, readonly, std::move(owner), entry);
+}
+
+View from_dlpack(DLManagedTensor* t, std::shared_ptr<const void> keep,
+                 void (*release)(DLManagedTensor*), DlpackImport* info) {
+  if (!t) throw_error(Errc::buffer_error, "from_dlpack(): the producer gave a NULL tensor");
+  auto owner = owning(t, release, std::move(keep));
+  if (info) *info = {t->dl_tensor.device, false, false};
+  return view_of(t->dl_tensor, false, std::move(owner), "from_dlpack()");
+}
+
+void fill_dltensor(const View& v, const Dims& element_strides, DLTensor& out) {
+  out.data = reinterpret_cast<void*>(v.ptr());
+  out.device = dlpack_device(v);
+  out.ndim = v.ndim();
+  out.dtype = v.dtype().to_dlpack();
+  out.shape = const_cast<std::int64_t*>(v.shape().data());
+  out.strides = const_cast<std::int64_t*>(element_strides.data());
+  out.byte_offset = 0;
+}
+
+}  // namespace cai

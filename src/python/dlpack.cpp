@@ -1,0 +1,417 @@
+// DLPack in Python: DeviceNDArray.__dlpack__/__dlpack_device__, cai.from_dlpack, and the
+// DLPack 1.3 C exchange API (type(x).__dlpack_c_exchange_api__), both as producer and consumer.
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
+
+#include <string>
+#include <unordered_map>
+
+#include "cai/arrays/dlpack.h"
+#include "cai/arrays/ops.h"
+#include "cai/core/error.h"
+#include "python/array.h"
+
+namespace cai::python {
+
+namespace {
+
+constexpr const char* kVersioned = "dltensor_versioned";
+constexpr const char* kVersionedUsed = "used_dltensor_versioned";
+constexpr const char* kLegacy = "dltensor";
+constexpr const char* kLegacyUsed = "used_dltensor";
+constexpr std::int64_t kNoSync = -1;
+
+bool is_cuda_like(std::int32_t device_type) {
+  return device_type == kDLCUDA || device_type == kDLCUDAHost || device_type == kDLCUDAManaged;
+}
+
+// ----- producer ------------------------------------------------------------------------------
+
+// An unconsumed capsule still owns its tensor. Runs with the GIL, possibly during exception
+// handling, so the error indicator is saved around it.
+void versioned_capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, kVersioned)) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    auto* t = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule, kVersioned));
+    if (t && t->deleter) t->deleter(t);
+    PyErr_Restore(type, value, tb);
+  }
+}
+
+void legacy_capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, kLegacy)) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kLegacy));
+    if (t && t->deleter) t->deleter(t);
+    PyErr_Restore(type, value, tb);
+  }
+}
+
+template <class Managed>
+nb::object make_capsule(Managed* t, const char* name, PyCapsule_Destructor destructor) {
+  PyObject* cap = PyCapsule_New(t, name, destructor);
+  if (!cap) {
+    t->deleter(t);
+    throw nb::python_error();
+  }
+  return nb::steal(cap);
+}
+
+std::optional<std::pair<int, int>> read_version(nb::handle max_version) {
+  if (max_version.is_none()) return std::nullopt;
+  if (!PyTuple_Check(max_version.ptr()) || PyTuple_GET_SIZE(max_version.ptr()) != 2)
+    throw_error(Errc::type_error, std::string("__dlpack__(): max_version must be None or a tuple "
+                                              "(major, minor), got ") +
+                                      nb::repr(max_version).c_str());
+  return std::pair<int, int>{nb::cast<int>(max_version[0]), nb::cast<int>(max_version[1])};
+}
+
+nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_version,
+                         nb::handle dl_device, nb::handle copy_arg) {
+  const View& v = self.view;
+  const auto version = read_version(max_version);
+  const bool versioned = version && version->first >= 1;
+  std::optional<bool> copy;
+  if (!copy_arg.is_none()) copy = nb::cast<bool>(copy_arg);
+
+  const DLDevice here = dlpack_device(v);
+  bool to_host = false;
+  if (!dl_device.is_none()) {
+    const auto want = nb::cast<std::tuple<int, int>>(dl_device);
+    const int type = std::get<0>(want), id = std::get<1>(want);
+    if (type == kDLCPU && here.device_type != kDLCPU) {
+      if (copy == false)
+        throw_error(Errc::buffer_error,
+                    "__dlpack__(): dl_device=(kDLCPU, 0) needs a copy from the device, but "
+                    "copy=False");
+      to_host = true;
+    } else if (type != here.device_type || id != here.device_id) {
+      throw_error(Errc::buffer_error,
+                  "__dlpack__(): dl_device=(" + std::to_string(type) + ", " + std::to_string(id) +
+                      ") is not where the array lives (" + std::to_string(here.device_type) +
+                      ", " + std::to_string(here.device_id) + ") and cai copies only to the CPU");
+    }
+  }
+
+  // The consumer's stream: None = legacy default, -1 = do not synchronize, 0 = invalid.
+  std::optional<device::StreamHandle> consumer;
+  if (stream.is_none()) {
+    if (is_cuda_like(here.device_type)) consumer = device::kLegacyDefaultStream;
+  } else {
+    if (!PyLong_Check(stream.ptr()) || PyBool_Check(stream.ptr()))
+      throw_error(Errc::type_error, std::string("__dlpack__(): stream must be None or an int, "
+                                                "got ") +
+                                        nb::inst_name(stream).c_str());
+    const auto s = nb::cast<std::int64_t>(stream);
+    if (s == 0)
+      throw_error(Errc::buffer_error,
+                  "__dlpack__(): stream=0 is ambiguous and not allowed for CUDA; use 1 (legacy "
+                  "default), 2 (per-thread default), a stream handle, or -1 for no "
+                  "synchronization");
+    if (s < kNoSync)
+      throw_error(Errc::buffer_error,
+                  "__dlpack__(): stream=" + std::to_string(s) + " is not a stream handle");
+    if (s != kNoSync) consumer = static_cast<device::StreamHandle>(s);
+  }
+
+  std::uint64_t flags = 0;
+  View out = v;
+  if (to_host) {
+    // A host copy in a NumPy array, owned by the tensor.
+    nb::object np_dtype = numpy_dtype(v.dtype());
+    nb::object host = numpy_module().attr("empty")(to_tuple(v.shape()), np_dtype);
+    void* ptr = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(host.attr("ctypes").attr("data")));
+    auto s = v.sync()->stream();
+    {
+      nb::gil_scoped_release nogil;
+      copy_to_host(ptr, v, s ? *s : library_default_stream());
+    }
+    out = View(v.size() == 0 ? 0 : reinterpret_cast<std::uint64_t>(ptr), v.dtype(),
+               Layout::c_contiguous(v.shape(), v.dtype().itemsize()), false,
+               std::make_shared<sync::SyncState>(), keep_alive(host));
+    flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
+  } else {
+    if (copy == true) {
+      auto s = v.sync()->stream();
+      const sync::StreamRef ref = s ? *s : library_default_stream();
+      out = View::allocate(v.dtype(), v.shape(), false, ref);
+      cai::copy(out, v, ref);
+      flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
+    }
+    if (consumer) {
+      if (auto producer = out.sync()->handle())
+        sync::wait_for(device::backend(), *producer, *consumer);
+    }
+  }
+  if (versioned)
+    return make_capsule(to_dlpack_versioned(out, flags), kVersioned, versioned_capsule_destructor);
+  if (copy == true || to_host) {
+    // Legacy capsules cannot carry IS_COPIED; the copy is still a correct answer.
+  }
+  return make_capsule(to_dlpack_legacy(out), kLegacy, legacy_capsule_destructor);
+}
+
+// ----- consumer ------------------------------------------------------------------------------
+
+// Runs a producer's deleter with the GIL (Python producers need it), or leaks after shutdown.
+template <class Managed>
+void release_with_gil(Managed* t) {
+  if (!t->deleter) return;
+  if (!Py_IsInitialized()) return;
+  PyGILState_STATE st = PyGILState_Ensure();
+  t->deleter(t);
+  PyGILState_Release(st);
+}
+
+// The exchange API of a type, looked up once per type that has one (such types are kept alive
+// by the cache, so the address cannot be reused). Types without one are not cached: holding a
+// user's class would keep its module's globals alive forever.
+const DLPackExchangeAPI* exchange_api_of(nb::handle obj) {
+  static auto* cache = new std::unordered_map<PyTypeObject*, const DLPackExchangeAPI*>;
+  PyTypeObject* type = Py_TYPE(obj.ptr());
+  if (auto it = cache->find(type); it != cache->end()) return it->second;
+  const DLPackExchangeAPI* api = nullptr;
+  PyObject* attr = PyObject_GetAttrString(reinterpret_cast<PyObject*>(type),
+                                          "__dlpack_c_exchange_api__");
+  if (!attr) {
+    PyErr_Clear();
+  } else {
+    if (PyCapsule_IsValid(attr, "dlpack_exchange_api"))
+      api = static_cast<const DLPackExchangeAPI*>(PyCapsule_GetPointer(attr, "dlpack_exchange_api"));
+    else if (PyLong_Check(attr))  // the draft form: an address as an int
+      api = static_cast<const DLPackExchangeAPI*>(PyLong_AsVoidPtr(attr));
+    if (PyErr_Occurred()) PyErr_Clear();
+    Py_DECREF(attr);
+    if (api && (api->header.version.major != DLPACK_MAJOR_VERSION ||
+                !api->managed_tensor_from_py_object_no_sync || !api->current_work_stream))
+      api = nullptr;
+  }
+  if (api) {
+    Py_INCREF(type);
+    cache->emplace(type, api);
+  }
+  return api;
+}
+
+nb::object call_dlpack(nb::handle obj, nb::handle stream) {
+  nb::object method = obj.attr("__dlpack__");
+  try {
+    return method(nb::arg("stream") = stream, nb::arg("max_version") = nb::make_tuple(1, 3));
+  } catch (nb::python_error& e) {
+    if (!e.matches(PyExc_TypeError)) throw;
+  }
+  // A producer from before DLPack 1.0 knows neither max_version nor versioned capsules.
+  if (stream.is_none()) return method();
+  return method(nb::arg("stream") = stream);
+}
+
+// Consumes a capsule: renames it "used_..." and gives its tensor to a View.
+View consume_capsule(nb::handle capsule, DlpackImport& info) {
+  PyObject* cap = capsule.ptr();
+  if (PyCapsule_IsValid(cap, kVersioned)) {
+    auto* t = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(cap, kVersioned));
+    if (PyCapsule_SetName(cap, kVersionedUsed) != 0) throw nb::python_error();
+    return from_dlpack(t, nullptr, &release_with_gil<DLManagedTensorVersioned>, &info);
+  }
+  if (PyCapsule_IsValid(cap, kLegacy)) {
+    auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, kLegacy));
+    if (PyCapsule_SetName(cap, kLegacyUsed) != 0) throw nb::python_error();
+    return from_dlpack(t, nullptr, &release_with_gil<DLManagedTensor>, &info);
+  }
+  throw_error(Errc::type_error,
+              std::string("from_dlpack(): __dlpack__() returned ") + nb::inst_name(capsule).c_str() +
+                  ", expected an unconsumed PyCapsule named 'dltensor_versioned' or 'dltensor'");
+}
+
+// A device copy of a host view (a CPU tensor imported with copy=True).
+View host_to_device(const View& host, const sync::StreamRef& stream) {
+  View dst = View::allocate(host.dtype(), host.shape(), false, stream);
+  cai::copy(dst, host, stream);
+  // The host memory belongs to the producer's tensor, released when `host` goes.
+  device::backend().stream_synchronize(stream.handle);
+  return dst;
+}
+
+View finish_import(View v, const DlpackImport& info, std::optional<bool> copy,
+                   std::optional<device::StreamHandle> producer_stream, bool sync,
+                   const char* entry) {
+  if (info.device.device_type == kDLCPU) {
+    if (copy != true)
+      throw_error(Errc::buffer_error,
+                  std::string(entry) +
+                      ": the tensor is in CPU memory; pass copy=True to copy it to the device");
+    return host_to_device(v, library_default_stream());
+  }
+  if (!is_cuda_like(info.device.device_type))
+    throw_error(Errc::buffer_error, std::string(entry) + ": device type " +
+                                        std::to_string(info.device.device_type) +
+                                        " is not CUDA memory (expected kDLCUDA, kDLCUDAHost or "
+                                        "kDLCUDAManaged)");
+  if (sync && producer_stream && config().import_sync)
+    v.sync()->set_stream(sync::StreamRef{*producer_stream, nullptr});
+  if (copy == true) {
+    auto s = v.sync()->stream();
+    const sync::StreamRef ref = s ? *s : library_default_stream();
+    View dst = View::allocate(v.dtype(), v.shape(), false, ref);
+    cai::copy(dst, v, ref);
+    return dst;
+  }
+  return v;
+}
+
+// ----- our C exchange API table ----------------------------------------------------------------
+
+template <class F>
+int guarded(F&& f) noexcept {
+  try {
+    f();
+    return 0;
+  } catch (const Error& e) {
+    PyErr_SetString(e.code() == Errc::buffer_error ? PyExc_BufferError
+                    : e.code() == Errc::type_error ? PyExc_TypeError
+                                                   : PyExc_ValueError,
+                    e.what());
+  } catch (nb::python_error& e) {
+    e.restore();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return -1;
+}
+
+int api_allocator(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
+                  void (*set_error)(void*, const char*, const char*)) {
+  try {
+    const DType dtype = DType::from_dlpack(prototype->dtype);
+    const auto n = static_cast<std::size_t>(prototype->ndim);
+    View v = View::allocate(dtype, std::span<const std::int64_t>(prototype->shape, n), false,
+                            library_default_stream());
+    *out = to_dlpack_versioned(v);
+    return 0;
+  } catch (const std::exception& e) {
+    if (set_error) set_error(error_ctx, "RuntimeError", e.what());
+    return -1;
+  }
+}
+
+int api_from_py_object(void* py_object, DLManagedTensorVersioned** out) {
+  return guarded([&] {
+    PyArray* a = as_py_array(nb::handle(static_cast<PyObject*>(py_object)));
+    if (!a) throw_error(Errc::type_error, "dlpack exchange API: not a cai.DeviceNDArray");
+    *out = to_dlpack_versioned(a->view);
+  });
+}
+
+int api_to_py_object(DLManagedTensorVersioned* tensor, void** out_py_object) {
+  return guarded([&] {
+    View v = from_dlpack(tensor, nullptr, &release_with_gil<DLManagedTensorVersioned>);
+    *out_py_object = wrap(std::move(v)).release().ptr();
+  });
+}
+
+int api_dltensor_from_py_object(void* py_object, DLTensor* out) {
+  return guarded([&] {
+    PyArray* a = as_py_array(nb::handle(static_cast<PyObject*>(py_object)));
+    if (!a) throw_error(Errc::type_error, "dlpack exchange API: not a cai.DeviceNDArray");
+    if (!a->element_strides_ready) {
+      a->element_strides = a->view.layout().element_strides();
+      a->element_strides_ready = true;
+    }
+    fill_dltensor(a->view, a->element_strides, *out);
+  });
+}
+
+int api_current_work_stream(DLDeviceType device_type, std::int32_t, void** out_stream) {
+  // cai's work goes to its default stream; CPU has none.
+  *out_stream = device_type == kDLCPU
+                    ? nullptr
+                    : reinterpret_cast<void*>(library_default_stream().handle);
+  return 0;
+}
+
+const DLPackExchangeAPI g_exchange_api = {
+    {{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION}, nullptr},
+    &api_allocator,
+    &api_from_py_object,
+    &api_to_py_object,
+    &api_dltensor_from_py_object,
+    &api_current_work_stream,
+};
+
+}  // namespace
+
+bool has_dlpack(nb::handle obj) { return nb::hasattr(obj, "__dlpack__"); }
+
+View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry) {
+  DlpackImport info{};
+  if (const DLPackExchangeAPI* api = exchange_api_of(obj)) {
+    DLManagedTensorVersioned* t = nullptr;
+    if (api->managed_tensor_from_py_object_no_sync(obj.ptr(), &t) != 0) throw nb::python_error();
+    View v = from_dlpack(t, nullptr, &release_with_gil<DLManagedTensorVersioned>, &info);
+    // No-sync exchange: the producer's work is on its current work stream.
+    void* producer = nullptr;
+    if (is_cuda_like(info.device.device_type) &&
+        api->current_work_stream(static_cast<DLDeviceType>(info.device.device_type),
+                                 info.device.device_id, &producer) != 0)
+      throw nb::python_error();
+    std::optional<device::StreamHandle> ps;
+    if (producer) ps = reinterpret_cast<device::StreamHandle>(producer);
+    else if (is_cuda_like(info.device.device_type)) ps = device::kLegacyDefaultStream;
+    return finish_import(std::move(v), info, copy, ps, sync, entry);
+  }
+  // Ask where the data is first: a CPU producer must not be given a CUDA stream.
+  std::int32_t device_type = kDLCUDA;
+  if (nb::hasattr(obj, "__dlpack_device__")) {
+    nb::object dev = obj.attr("__dlpack_device__")();
+    device_type = nb::cast<std::int32_t>(dev[0]);
+  }
+  nb::object stream = nb::none();
+  std::optional<device::StreamHandle> ps;
+  if (is_cuda_like(device_type) && device_type != kDLCUDAHost) {
+    // The producer makes our default stream wait for its work; our work then follows it.
+    const auto ours = library_default_stream().handle;
+    stream = nb::int_(ours);
+    ps = ours;
+  }
+  nb::object capsule = call_dlpack(obj, stream);
+  View v = consume_capsule(capsule, info);
+  return finish_import(std::move(v), info, copy, ps, sync, entry);
+}
+
+void bind_dlpack(nb::module_& m) {
+  nb::handle cls = nb::type<PyArray>();
+  cls.attr("__dlpack__") = nb::cpp_function(
+      [](PyArray& self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
+         nb::handle copy) { return dlpack_export(self, stream, max_version, dl_device, copy); },
+      nb::is_method(), nb::scope(cls), nb::name("__dlpack__"), nb::kw_only(),
+      nb::arg("stream") = nb::none(), nb::arg("max_version") = nb::none(),
+      nb::arg("dl_device") = nb::none(), nb::arg("copy") = nb::none(),
+      "Exports the array as a DLPack capsule ('dltensor_versioned' when max_version >= (1, 0)). "
+      "`stream` is the consumer's: it is made to wait for the array's work (-1: no ordering).");
+  cls.attr("__dlpack_device__") = nb::cpp_function(
+      [](PyArray& self) {
+        const DLDevice d = dlpack_device(self.view);
+        return nb::make_tuple(static_cast<int>(d.device_type), d.device_id);
+      },
+      nb::is_method(), nb::scope(cls), nb::name("__dlpack_device__"));
+  // Static, alive for the whole process, as the exchange API requires.
+  cls.attr("__dlpack_c_exchange_api__") = nb::steal(
+      PyCapsule_New(const_cast<DLPackExchangeAPI*>(&g_exchange_api), "dlpack_exchange_api", nullptr));
+
+  m.def(
+      "from_dlpack",
+      [](nb::handle obj, std::optional<bool> copy) {
+        if (PyArray* a = as_py_array(obj)) {
+          if (copy != true) return nb::borrow(obj);
+        }
+        return wrap(import_dlpack(obj, copy, true, "from_dlpack()"));
+      },
+      nb::arg("obj"), nb::kw_only(), nb::arg("copy") = nb::none(),
+      "A DeviceNDArray from any DLPack producer (no copy). CPU tensors are copied to the "
+      "device only with copy=True. The producer's work is ordered before cai's with events.");
+}
+
+}  // namespace cai::python
