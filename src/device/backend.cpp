@@ -1,0 +1,46 @@
+#include <cstdlib>
+#include <string>
+
+#include "cai/core/error.h"
+#include "device/backend_select.h"
+#include "device/cuda/cuda_backend.h"
+#include "device/sim/sim_backend.h"
+
+namespace cai::device {
+
+namespace detail {
+
+std::unique_ptr<Backend> select_backend(std::string_view env_value) {
+  if (env_value == "sim") return make_sim_backend(sim_devices_from_env());
+  if (env_value == "cuda") return make_cuda_backend();
+  if (env_value.empty()) {
+    if (probe_cuda()) return make_cuda_backend();
+    return make_sim_backend(sim_devices_from_env());
+  }
+  throw_error(Errc::value_error, "CAI_BACKEND=" + std::string(env_value) +
+                                     ": unknown backend; expected \"sim\" (the CPU simulator), "
+                                     "\"cuda\" (the CUDA driver) or unset (CUDA when a driver "
+                                     "and a device are present, else the simulator)");
+}
+
+}  // namespace detail
+
+Backend& backend() {
+  // Leaked on purpose: no destructor runs at exit, so exit never waits for stream work or
+  // races with threads that still use the backend. If the choice throws, the next call retries.
+  static Backend* const chosen = [] {
+    const char* env = std::getenv("CAI_BACKEND");
+    return detail::select_backend(env ? env : "").release();
+  }();
+  return *chosen;
+}
+
+bool cuda_available() {
+  try {
+    return detail::probe_cuda();
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace cai::device

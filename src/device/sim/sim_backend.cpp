@@ -1,0 +1,812 @@
+#include "device/sim/sim_backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "cai/core/error.h"
+#include "device/checks.h"
+
+namespace cai::device::detail {
+
+namespace {
+
+// Handles are recognisable in messages and never collide between streams and events.
+constexpr std::uint64_t kStreamBase = 0x5100000000;
+constexpr std::uint64_t kEventBase = 0xe100000000;
+constexpr std::uint64_t kContextBase = 0xc000000000;
+constexpr std::size_t kAlignment = 256;
+constexpr int kMaxDevices = 64;
+
+std::string hex(std::uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string range_text(std::uint64_t lo, std::uint64_t hi) {
+  return "[" + hex(lo) + "+" + std::to_string(hi - lo) + ")";
+}
+
+void* host_ptr(std::uint64_t p) {
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(p));
+}
+
+// Live instances, told when a host thread exits. Leaked so that thread exits during static
+// destruction still find it.
+struct LiveInstances {
+  std::mutex mu;
+  std::vector<SimBackend*> list;
+};
+LiveInstances& live() {
+  static auto* l = new LiveInstances;
+  return *l;
+}
+
+std::atomic<std::uint64_t> g_next_thread{1};
+std::atomic<std::uint64_t> g_next_instance{1};
+
+// Host threads get ids that are never reused (std::thread::id values are).
+struct HostThread {
+  std::uint64_t id = g_next_thread.fetch_add(1);
+  HostThread() = default;
+  HostThread(const HostThread&) = delete;
+  HostThread& operator=(const HostThread&) = delete;
+  ~HostThread() {
+    LiveInstances& l = live();
+    std::lock_guard g(l.mu);
+    for (SimBackend* b : l.list) b->on_thread_exit(id);
+  }
+};
+
+std::uint64_t this_thread_id() {
+  thread_local HostThread t;
+  return t.id;
+}
+
+// Expands one strided access into runs after validating it.
+void expand_operand(std::vector<AccessRun>& runs, const char* where, const char* name,
+                    const Operand& op, std::span<const std::int64_t> shape, std::size_t itemsize,
+                    bool write) {
+  AddressRange r = check_operand(where, name, op, shape, itemsize);
+  if (!r.empty()) append_runs(runs, op.ptr, shape, op.strides, itemsize, write);
+}
+
+void expand_access(std::vector<AccessRun>& runs, const char* where, const sim::Access& a) {
+  if (a.shape.empty() && a.strides.empty()) {
+    AddressRange r = check_range(where, "access", a.ptr, a.itemsize);
+    if (!r.empty()) runs.push_back({r.lo, r.hi, a.write});
+    return;
+  }
+  check_itemsize(where, a.itemsize);
+  check_shape(where, a.shape);
+  expand_operand(runs, where, "access", Operand{a.ptr, a.strides}, a.shape, a.itemsize, a.write);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Construction and teardown.
+
+SimBackend::SimBackend(int devices) : devices_(devices), instance_(g_next_instance.fetch_add(1)) {
+  if (devices < 1 || devices > kMaxDevices) {
+    throw_error(Errc::value_error, "simulator: " + std::to_string(devices) +
+                                       " devices requested, expected 1 to " +
+                                       std::to_string(kMaxDevices));
+  }
+  device_state_.resize(static_cast<std::size_t>(devices));
+  host_actor_ = races_.add_actor("the host");
+  for (int d = 0; d < devices; ++d) {
+    std::string label = "legacy default stream";
+    if (devices > 1) label += " of device " + std::to_string(d);
+    auto s = new_stream_locked(kLegacyDefaultStream, std::move(label), d, false);
+    s->legacy = true;
+    device_state_[static_cast<std::size_t>(d)].legacy = std::move(s);
+  }
+  LiveInstances& l = live();
+  std::lock_guard g(l.mu);
+  l.list.push_back(this);
+}
+
+SimBackend::~SimBackend() {
+  {
+    LiveInstances& l = live();
+    std::lock_guard g(l.mu);
+    std::erase(l.list, this);
+  }
+  std::vector<std::thread> workers;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& s : all_streams_) {
+      s->destroyed = true;  // workers drain their queues, then exit
+      if (s->worker.joinable()) workers.push_back(std::move(s->worker));
+    }
+    cv_.notify_all();
+  }
+  for (std::thread& t : workers) t.join();
+  for (auto& [base, a] : memory_) ::operator delete (host_ptr(base), std::align_val_t{kAlignment});
+}
+
+std::unique_ptr<SimBackend> make_sim_backend(int devices) {
+  return std::make_unique<SimBackend>(devices);
+}
+
+int sim_devices_from_env() {
+  const char* v = std::getenv("CAI_SIM_DEVICES");
+  if (v == nullptr || *v == '\0') return 1;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 1 || n > kMaxDevices) {
+    throw_error(Errc::value_error, std::string("CAI_SIM_DEVICES=") + v +
+                                       ": expected an integer from 1 to " +
+                                       std::to_string(kMaxDevices));
+  }
+  return static_cast<int>(n);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bookkeeping helpers (mu_ held).
+
+int& SimBackend::device_locked() {
+  return current_device_[this_thread_id()];
+}
+
+std::shared_ptr<SimBackend::Stream> SimBackend::new_stream_locked(StreamHandle handle,
+                                                                  std::string label, int device,
+                                                                  bool non_blocking) {
+  auto s = std::make_shared<Stream>();
+  s->handle = handle;
+  s->device = device;
+  s->non_blocking = non_blocking;
+  s->actor = races_.add_actor(label);
+  s->label = std::move(label);
+  all_streams_.push_back(s);
+  return s;
+}
+
+std::shared_ptr<SimBackend::Stream> SimBackend::resolve_locked(StreamHandle s, const char* where) {
+  check_stream_handle(s, where);
+  if (s == kLegacyDefaultStream) {
+    return device_state_[static_cast<std::size_t>(device_locked())].legacy;
+  }
+  if (s == kPerThreadDefaultStream) {
+    const std::uint64_t id = this_thread_id();
+    const int device = device_locked();
+    auto& slot = per_thread_[{id, device}];
+    if (!slot) {
+      std::string label = "per-thread default stream of host thread " + std::to_string(id);
+      if (devices_ > 1) label += " on device " + std::to_string(device);
+      slot = new_stream_locked(kPerThreadDefaultStream, std::move(label), device, false);
+    }
+    return slot;
+  }
+  auto it = streams_.find(s);
+  if (it == streams_.end()) {
+    throw_error(Errc::device_error, std::string(where) + ": stream " + hex(s) +
+                                        ": not a stream of the simulator (never created, or "
+                                        "destroyed)");
+  }
+  return it->second;
+}
+
+SimBackend::Event& SimBackend::event_locked(EventHandle e, const char* where) {
+  auto it = events_.find(e);
+  if (it == events_.end()) {
+    throw_error(Errc::device_error, std::string(where) + ": event " + hex(e) +
+                                        ": not an event of the simulator (never created, or "
+                                        "destroyed)");
+  }
+  return it->second;
+}
+
+void SimBackend::check_memory_locked(const MemoryCheck& c, const char* where) {
+  if (c.hi <= c.lo) return;
+  auto it = memory_.upper_bound(c.lo);
+  if (it != memory_.begin()) {
+    auto a = std::prev(it);
+    const std::uint64_t end = a->first + a->second.size;
+    if (c.lo < end) {
+      if (c.hi > end) {
+        throw_error(Errc::device_error,
+                    std::string(where) + ": " + c.operand + " " + range_text(c.lo, c.hi) +
+                        " runs past the end of its allocation " + range_text(a->first, end));
+      }
+      return;
+    }
+  }
+  if (c.kernel) {
+    throw_error(Errc::device_error,
+                std::string(where) + ": " + c.operand + " at " + hex(c.lo) +
+                    " is not memory of the simulator (pageable host memory or a foreign "
+                    "pointer); kernels need device, pinned_host or managed memory");
+  }
+  if (it != memory_.end() && it->first < c.hi) {
+    throw_error(Errc::device_error,
+                std::string(where) + ": " + c.operand + " " + range_text(c.lo, c.hi) +
+                    " starts outside the allocation at " + hex(it->first) + " but runs into it");
+  }
+}
+
+void SimBackend::enqueue_locked(const std::shared_ptr<Stream>& s, Op op,
+                                std::span<const AccessRun> runs, const VectorClock* extra_clock,
+                                const Dep* extra_dep) {
+  if (!s->worker.joinable()) s->worker = std::thread(&SimBackend::run_worker, this, s);
+
+  // Work out the new clock and the real dependencies without changing anything, so that a
+  // race leaves the state as it was.
+  VectorClock clock = s->clock;
+  join(clock, host_clock_);  // host program order -> op
+  if (extra_clock) join(clock, *extra_clock);
+  std::vector<Dep> deps;
+  DeviceState& ds = device_state_[static_cast<std::size_t>(s->device)];
+  if (s->legacy) {
+    // The legacy stream waits for all prior work on blocking streams.
+    join(clock, ds.retired_blocking);
+    for (const auto& b : all_streams_) {
+      if (b == s || b->device != s->device || b->non_blocking) continue;
+      join(clock, b->clock);
+      if (b->completed < b->enqueued) deps.push_back({b, b->enqueued});
+    }
+  } else if (!s->non_blocking) {
+    // Blocking streams wait for prior legacy-stream work.
+    join(clock, ds.legacy->clock);
+    if (ds.legacy->completed < ds.legacy->enqueued) {
+      deps.push_back({ds.legacy, ds.legacy->enqueued});
+    }
+  }
+  if (extra_dep && extra_dep->stream != s) deps.push_back(*extra_dep);
+  if (!runs.empty()) {
+    if (clock.size() <= s->actor) clock.resize(s->actor + 1, 0);
+    ++clock[s->actor];
+    if (race_detection_) races_.check_and_record(runs, s->actor, clock, op.name);
+  }
+
+  s->clock = std::move(clock);
+  op.seq = ++s->enqueued;
+  op.deps = std::move(deps);
+  s->queue.push_back(std::move(op));
+  cv_.notify_all();
+}
+
+void SimBackend::retire_locked(Stream& s) {
+  DeviceState& ds = device_state_[static_cast<std::size_t>(s.device)];
+  join(ds.retired_all, s.clock);
+  if (!s.non_blocking) join(ds.retired_blocking, s.clock);
+}
+
+void SimBackend::throw_sticky_locked(Stream& s, std::uint64_t upto, const char* where) {
+  if (!s.error || s.error_seq > upto) return;
+  std::string msg = std::string(where) + ": " + *s.error;
+  s.error.reset();
+  throw_error(Errc::device_error, std::move(msg));
+}
+
+void SimBackend::release_locked(const std::shared_ptr<Stream>& s) {
+  // As in CUDA: enqueued work still runs; the worker exits after it.
+  s->destroyed = true;
+  retire_locked(*s);
+  if (!s->worker.joinable()) std::erase(all_streams_, s);  // no work was ever enqueued
+  cv_.notify_all();
+}
+
+void SimBackend::wait_locked(std::unique_lock<std::mutex>& lk, const Stream& s, std::uint64_t seq) {
+  cv_.wait(lk, [&] { return s.completed >= seq; });
+}
+
+void SimBackend::run_worker(std::shared_ptr<Stream> s) {
+  std::unique_lock lk(mu_);
+  auto ready = [&] {
+    if (s->queue.empty()) return s->destroyed;
+    for (const Dep& d : s->queue.front().deps) {
+      if (d.stream->completed < d.seq) return false;
+    }
+    return true;
+  };
+  for (;;) {
+    cv_.wait(lk, ready);
+    if (s->queue.empty()) {
+      // Destroyed and drained. Nobody waits to join this worker (stream_destroy returns at
+      // once), so it detaches itself; the destructor has already taken any it must join.
+      if (s->worker.joinable()) s->worker.detach();
+      std::erase(all_streams_, s);
+      cv_.notify_all();
+      return;
+    }
+    Op op = std::move(s->queue.front());
+    s->queue.pop_front();
+    lk.unlock();
+    // Sleep and run without the lock: other streams and the host go on meanwhile.
+    if (op.delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(op.delay));
+    std::optional<std::string> failure;
+    if (op.fn) {
+      try {
+        op.fn();
+      } catch (const std::exception& e) {
+        failure = e.what();
+      } catch (...) {
+        failure = "unknown exception";
+      }
+    }
+    const TimePoint now = std::chrono::steady_clock::now();
+    lk.lock();
+    if (op.stamp) op.stamp->time = now;
+    s->completed = op.seq;
+    if (failure && !s->error) {
+      s->error = op.name + " on " + s->label + " failed: " + *failure;
+      s->error_seq = op.seq;
+    }
+    cv_.notify_all();
+  }
+}
+
+void SimBackend::submit(StreamHandle h, const std::string& name, std::vector<AccessRun> runs,
+                        std::function<void()> fn, std::span<const MemoryCheck> checks,
+                        double delay) {
+  const std::string where = name + "()";
+  check_stream_handle(h, where);
+  runs = normalize_runs(std::move(runs));
+  std::lock_guard lk(mu_);
+  auto s = resolve_locked(h, where.c_str());
+  for (const MemoryCheck& c : checks) check_memory_locked(c, where.c_str());
+  Op op;
+  op.name = name;
+  op.fn = std::move(fn);
+  op.delay = delay;
+  enqueue_locked(s, std::move(op), runs);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Devices.
+
+int SimBackend::device_count() {
+  return devices_;
+}
+
+DeviceProperties SimBackend::properties(int device) {
+  if (device < 0 || device >= devices_) {
+    throw_error(Errc::value_error, "properties(): device " + std::to_string(device) +
+                                       " out of range; the simulator has " +
+                                       std::to_string(devices_) + " device(s) (CAI_SIM_DEVICES)");
+  }
+  DeviceProperties p;
+  p.name = "cai simulator";
+  p.ordinal = device;
+  p.compute_major = 9;
+  p.compute_minor = 0;
+  p.total_memory = std::uint64_t{16} << 30;  // nominal; allocations are limited by host memory
+  p.multiprocessors = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return p;
+}
+
+int SimBackend::current_device() {
+  std::lock_guard lk(mu_);
+  return device_locked();
+}
+
+void SimBackend::set_current_device(int device) {
+  if (device < 0 || device >= devices_) {
+    throw_error(Errc::value_error, "set_current_device(): device " + std::to_string(device) +
+                                       " out of range; the simulator has " +
+                                       std::to_string(devices_) + " device(s) (CAI_SIM_DEVICES)");
+  }
+  std::lock_guard lk(mu_);
+  device_locked() = device;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory.
+
+std::uint64_t SimBackend::alloc(MemoryKind kind, std::size_t bytes) {
+  if (kind != MemoryKind::device && kind != MemoryKind::pinned_host &&
+      kind != MemoryKind::managed) {
+    throw_error(Errc::value_error, "alloc(): kind must be device, pinned_host or managed");
+  }
+  if (bytes == 0) return 0;
+  if (bytes > (std::size_t{1} << 48)) {
+    throw_error(Errc::device_error,
+                "alloc(): out of memory allocating " + std::to_string(bytes) + " bytes");
+  }
+  const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = ::operator new (rounded, std::align_val_t{kAlignment}, std::nothrow);
+  if (p == nullptr) {
+    throw_error(Errc::device_error,
+                "alloc(): out of memory allocating " + std::to_string(bytes) + " bytes");
+  }
+  const auto base = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+  std::lock_guard lk(mu_);
+  memory_[base] = Allocation{bytes, kind, device_locked()};
+  races_.forget(base, base + bytes);  // in case stale history of host memory was here
+  return base;
+}
+
+void SimBackend::free(std::uint64_t ptr) {
+  if (ptr == 0) return;
+  std::unique_lock lk(mu_);
+  auto it = memory_.find(ptr);
+  if (it == memory_.end()) {
+    std::string msg = "free(): " + hex(ptr) + ": not the start of an allocation of the simulator";
+    auto a = memory_.upper_bound(ptr);
+    if (a != memory_.begin() && ptr < std::prev(a)->first + std::prev(a)->second.size) {
+      msg += " (it is inside the allocation at " + hex(std::prev(a)->first) + "; free that)";
+    }
+    throw_error(Errc::device_error, std::move(msg));
+  }
+  const std::uint64_t size = it->second.size;
+  memory_.erase(it);
+  // As cuMemFree: work already enqueued may still use the memory, so let it finish first.
+  std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>> pending;
+  for (const auto& s : all_streams_) {
+    if (s->completed < s->enqueued) pending.emplace_back(s, s->enqueued);
+  }
+  for (auto& [s, seq] : pending) wait_locked(lk, *s, seq);
+  races_.forget(ptr, ptr + size);
+  ::operator delete (host_ptr(ptr), std::align_val_t{kAlignment});
+}
+
+PointerInfo SimBackend::pointer_info(std::uint64_t ptr) {
+  PointerInfo info;
+  std::lock_guard lk(mu_);
+  auto it = memory_.upper_bound(ptr);
+  if (it == memory_.begin()) return info;
+  --it;
+  if (ptr >= it->first + it->second.size) return info;
+  const Allocation& a = it->second;
+  info.kind = a.kind;
+  info.device = a.device;
+  info.context = kContextBase + instance_ * 256 + static_cast<std::uint64_t>(a.device);
+  info.host_accessible = a.kind != MemoryKind::device;
+  info.device_accessible = true;
+  info.alloc_base = it->first;
+  info.alloc_size = a.size;
+  return info;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stream-ordered operations.
+
+void SimBackend::memset_async(std::uint64_t dst, int byte, std::size_t bytes, StreamHandle s) {
+  AddressRange r = check_range("memset_async()", "dst", dst, bytes);
+  std::vector<AccessRun> runs;
+  if (!r.empty()) runs.push_back({r.lo, r.hi, true});
+  const MemoryCheck checks[] = {{"dst", r.lo, r.hi, true}};
+  submit(
+      s, "memset_async", std::move(runs),
+      [dst, byte, bytes] {
+        if (bytes > 0) std::memset(host_ptr(dst), byte, bytes);
+      },
+      checks);
+}
+
+void SimBackend::copy_async(std::uint64_t dst, std::uint64_t src, std::size_t bytes,
+                            StreamHandle s) {
+  AddressRange d = check_range("copy_async()", "dst", dst, bytes);
+  AddressRange r = check_range("copy_async()", "src", src, bytes);
+  std::vector<AccessRun> runs;
+  if (bytes > 0) {
+    runs.push_back({r.lo, r.hi, false});
+    runs.push_back({d.lo, d.hi, true});
+  }
+  const MemoryCheck checks[] = {{"dst", d.lo, d.hi, false}, {"src", r.lo, r.hi, false}};
+  submit(
+      s, "copy_async", std::move(runs),
+      [dst, src, bytes] {
+        if (bytes > 0) std::memmove(host_ptr(dst), host_ptr(src), bytes);
+      },
+      checks);
+}
+
+namespace {
+// Owns copies of the caller's shape and strides for the deferred kernel.
+struct Layout {
+  std::vector<std::int64_t> shape;
+  std::vector<std::vector<std::int64_t>> strides;
+  Operand operand(std::size_t k, std::uint64_t ptr) const { return Operand{ptr, strides[k]}; }
+};
+
+AddressRange extent_of(const Operand& op, std::span<const std::int64_t> shape,
+                       std::size_t itemsize) {
+  ByteExtent e = byte_extent(shape, op.strides, itemsize);
+  if (e.empty()) return {};
+  return {op.ptr + static_cast<std::uint64_t>(e.lo), op.ptr + static_cast<std::uint64_t>(e.hi)};
+}
+}  // namespace
+
+void SimBackend::copy_strided_async(Operand dst, Operand src, std::span<const std::int64_t> shape,
+                                    std::size_t itemsize, StreamHandle s) {
+  const char* where = "copy_strided_async()";
+  check_itemsize(where, itemsize);
+  check_shape(where, shape);
+  std::vector<AccessRun> runs;
+  expand_operand(runs, where, "src", src, shape, itemsize, false);
+  expand_operand(runs, where, "dst", dst, shape, itemsize, true);
+  const AddressRange d = extent_of(dst, shape, itemsize), r = extent_of(src, shape, itemsize);
+  const MemoryCheck checks[] = {{"dst", d.lo, d.hi, false}, {"src", r.lo, r.hi, false}};
+  auto layout = std::make_shared<Layout>(
+      Layout{{shape.begin(), shape.end()},
+             {{dst.strides.begin(), dst.strides.end()}, {src.strides.begin(), src.strides.end()}}});
+  submit(
+      s, "copy_strided_async", std::move(runs),
+      [layout, itemsize, dp = dst.ptr, sp = src.ptr] {
+        host_copy_strided(layout->operand(0, dp), layout->operand(1, sp), layout->shape, itemsize);
+      },
+      checks);
+}
+
+void SimBackend::fill_async(Operand dst, std::span<const std::int64_t> shape, std::size_t itemsize,
+                            const void* value, StreamHandle s) {
+  const char* where = "fill_async()";
+  check_itemsize(where, itemsize);
+  const std::int64_t count = check_shape(where, shape);
+  if (count > 0 && value == nullptr) {
+    throw_error(Errc::value_error, "fill_async(): value is a null pointer");
+  }
+  std::vector<AccessRun> runs;
+  expand_operand(runs, where, "dst", dst, shape, itemsize, true);
+  const AddressRange d = extent_of(dst, shape, itemsize);
+  const MemoryCheck checks[] = {{"dst", d.lo, d.hi, true}};
+  std::vector<char> v;
+  if (value != nullptr) {
+    v.assign(static_cast<const char*>(value), static_cast<const char*>(value) + itemsize);
+  }
+  auto layout = std::make_shared<Layout>(
+      Layout{{shape.begin(), shape.end()}, {{dst.strides.begin(), dst.strides.end()}}});
+  submit(
+      s, "fill_async", std::move(runs),
+      [layout, itemsize, dp = dst.ptr, v = std::move(v)] {
+        host_fill(layout->operand(0, dp), layout->shape, itemsize, v.data());
+      },
+      checks);
+}
+
+void SimBackend::add_async(Operand out, Operand a, Operand b, std::span<const std::int64_t> shape,
+                           ElementType type, StreamHandle s) {
+  const char* where = "add_async()";
+  check_element_type(where, type);
+  check_shape(where, shape);
+  const std::size_t itemsize = element_size(type);
+  std::vector<AccessRun> runs;
+  expand_operand(runs, where, "a", a, shape, itemsize, false);
+  expand_operand(runs, where, "b", b, shape, itemsize, false);
+  expand_operand(runs, where, "out", out, shape, itemsize, true);
+  const AddressRange o = extent_of(out, shape, itemsize), ra = extent_of(a, shape, itemsize),
+                     rb = extent_of(b, shape, itemsize);
+  const MemoryCheck checks[] = {
+      {"out", o.lo, o.hi, true}, {"a", ra.lo, ra.hi, true}, {"b", rb.lo, rb.hi, true}};
+  auto layout = std::make_shared<Layout>(Layout{{shape.begin(), shape.end()},
+                                                {{out.strides.begin(), out.strides.end()},
+                                                 {a.strides.begin(), a.strides.end()},
+                                                 {b.strides.begin(), b.strides.end()}}});
+  submit(
+      s, "add_async", std::move(runs),
+      [layout, type, op = out.ptr, ap = a.ptr, bp = b.ptr] {
+        host_add(layout->operand(0, op), layout->operand(1, ap), layout->operand(2, bp),
+                 layout->shape, type);
+      },
+      checks);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams.
+
+StreamHandle SimBackend::stream_create(bool non_blocking) {
+  std::lock_guard lk(mu_);
+  const StreamHandle h = kStreamBase + ++next_stream_;
+  std::string label = "stream " + hex(h);
+  if (non_blocking) label += " (non-blocking)";
+  streams_[h] = new_stream_locked(h, std::move(label), device_locked(), non_blocking);
+  return h;
+}
+
+void SimBackend::stream_destroy(StreamHandle h) {
+  if (h == kLegacyDefaultStream || h == kPerThreadDefaultStream) {
+    throw_error(Errc::device_error, "stream_destroy(): stream " + std::to_string(h) +
+                                        " is a default stream and cannot be destroyed");
+  }
+  std::lock_guard lk(mu_);
+  auto s = resolve_locked(h, "stream_destroy()");
+  streams_.erase(h);
+  release_locked(s);
+}
+
+void SimBackend::stream_synchronize(StreamHandle h) {
+  std::unique_lock lk(mu_);
+  auto s = resolve_locked(h, "stream_synchronize()");
+  const std::uint64_t target = s->enqueued;
+  const VectorClock clock = s->clock;
+  wait_locked(lk, *s, target);
+  join(host_clock_, clock);
+  throw_sticky_locked(*s, target, "stream_synchronize()");
+}
+
+bool SimBackend::stream_query(StreamHandle h) {
+  std::lock_guard lk(mu_);
+  auto s = resolve_locked(h, "stream_query()");
+  if (s->completed < s->enqueued) return false;
+  // A query that says "done" orders the host after the work, like a synchronize.
+  join(host_clock_, s->clock);
+  return true;
+}
+
+void SimBackend::synchronize() {
+  std::unique_lock lk(mu_);
+  const int device = device_locked();
+  std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>> targets;
+  VectorClock clock = device_state_[static_cast<std::size_t>(device)].retired_all;
+  for (const auto& s : all_streams_) {
+    if (s->device != device) continue;
+    targets.emplace_back(s, s->enqueued);
+    join(clock, s->clock);
+  }
+  for (auto& [s, seq] : targets) wait_locked(lk, *s, seq);
+  join(host_clock_, clock);
+  for (auto& [s, seq] : targets) throw_sticky_locked(*s, seq, "synchronize()");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events.
+
+EventHandle SimBackend::event_create(bool timing) {
+  std::lock_guard lk(mu_);
+  const EventHandle e = kEventBase + ++next_event_;
+  events_[e].timing = timing;
+  return e;
+}
+
+void SimBackend::event_destroy(EventHandle e) {
+  std::lock_guard lk(mu_);
+  event_locked(e, "event_destroy()");
+  events_.erase(e);
+}
+
+void SimBackend::event_record(EventHandle e, StreamHandle h) {
+  check_stream_handle(h, "event_record()");
+  std::lock_guard lk(mu_);
+  Event& ev = event_locked(e, "event_record()");
+  auto s = resolve_locked(h, "event_record()");
+  auto rec = std::make_shared<EventRecord>();
+  rec->stamp = std::make_shared<Stamp>();
+  Op op;
+  op.name = "event_record";
+  op.stamp = rec->stamp;
+  enqueue_locked(s, std::move(op), {});
+  rec->stream = s;
+  rec->seq = s->enqueued;
+  rec->clock = s->clock;
+  ev.record = std::move(rec);
+}
+
+void SimBackend::stream_wait_event(StreamHandle h, EventHandle e) {
+  check_stream_handle(h, "stream_wait_event()");
+  std::lock_guard lk(mu_);
+  Event& ev = event_locked(e, "stream_wait_event()");
+  auto s = resolve_locked(h, "stream_wait_event()");
+  if (!ev.record) return;  // as CUDA: waiting on a never-recorded event is a no-op
+  const std::shared_ptr<EventRecord> rec = ev.record;
+  const Dep dep{rec->stream, rec->seq};
+  Op op;
+  op.name = "stream_wait_event";
+  enqueue_locked(s, std::move(op), {}, &rec->clock, &dep);
+}
+
+void SimBackend::event_synchronize(EventHandle e) {
+  std::unique_lock lk(mu_);
+  const std::shared_ptr<EventRecord> rec = event_locked(e, "event_synchronize()").record;
+  if (!rec) return;
+  wait_locked(lk, *rec->stream, rec->seq);
+  join(host_clock_, rec->clock);
+  throw_sticky_locked(*rec->stream, rec->seq, "event_synchronize()");
+}
+
+bool SimBackend::event_query(EventHandle e) {
+  std::lock_guard lk(mu_);
+  const std::shared_ptr<EventRecord> rec = event_locked(e, "event_query()").record;
+  if (!rec) return true;
+  if (rec->stream->completed < rec->seq) return false;
+  join(host_clock_, rec->clock);
+  return true;
+}
+
+float SimBackend::event_elapsed_ms(EventHandle start, EventHandle end) {
+  std::lock_guard lk(mu_);
+  const char* where = "event_elapsed_ms()";
+  TimePoint t[2];
+  const EventHandle handles[2] = {start, end};
+  for (int i = 0; i < 2; ++i) {
+    const Event& ev = event_locked(handles[i], where);
+    const std::string name = std::string(where) + ": event " + hex(handles[i]);
+    if (!ev.timing) throw_error(Errc::device_error, name + " was created without timing");
+    if (!ev.record) throw_error(Errc::device_error, name + " has not been recorded");
+    if (!ev.record->stamp->time) {
+      throw_error(Errc::device_error, name + " has not completed yet (synchronize it first)");
+    }
+    t[i] = *ev.record->stamp->time;
+  }
+  return std::chrono::duration<float, std::milli>(t[1] - t[0]).count();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Simulator-only controls.
+
+void SimBackend::delay(StreamHandle s, double seconds) {
+  if (!(seconds >= 0) || !std::isfinite(seconds)) {
+    throw_error(Errc::value_error,
+                "delay(): seconds must be finite and >= 0, got " + std::to_string(seconds));
+  }
+  submit(s, "delay", {}, {}, {}, seconds);
+}
+
+void SimBackend::host_access(const sim::Access& access, std::string_view what) {
+  const std::string where = std::string(what) + "()";
+  std::vector<AccessRun> runs;
+  expand_access(runs, where.c_str(), access);
+  if (runs.empty()) return;
+  runs = normalize_runs(std::move(runs));
+  std::lock_guard lk(mu_);
+  for (const AccessRun& r : runs) {
+    auto it = memory_.upper_bound(r.lo);
+    if (it == memory_.begin()) continue;
+    --it;
+    if (it->second.kind == MemoryKind::device && r.lo < it->first + it->second.size) {
+      throw_error(Errc::device_error, where + ": " + range_text(r.lo, r.hi) +
+                                          " is device memory, which the host cannot access; "
+                                          "copy it to host memory first");
+    }
+  }
+  VectorClock clock = host_clock_;
+  if (clock.size() <= host_actor_) clock.resize(host_actor_ + 1, 0);
+  ++clock[host_actor_];
+  if (race_detection_) races_.check_and_record(runs, host_actor_, clock, what);
+  host_clock_ = std::move(clock);
+}
+
+void SimBackend::enqueue_task(StreamHandle s, std::span<const sim::Access> accesses,
+                              std::function<void()> fn, std::string_view name) {
+  const std::string where = std::string(name) + "()";
+  if (!fn) throw_error(Errc::value_error, where + ": the task is empty");
+  std::vector<AccessRun> runs;
+  for (const sim::Access& a : accesses) expand_access(runs, where.c_str(), a);
+  submit(s, std::string(name), std::move(runs), std::move(fn), {});
+}
+
+void SimBackend::set_race_detection(bool on) {
+  std::lock_guard lk(mu_);
+  race_detection_ = on;
+  races_.clear();
+}
+
+bool SimBackend::race_detection() {
+  std::lock_guard lk(mu_);
+  return race_detection_;
+}
+
+void SimBackend::forget(std::uint64_t ptr, std::size_t bytes) {
+  AddressRange r = check_range("forget()", "range", ptr, bytes);
+  std::lock_guard lk(mu_);
+  races_.forget(r.lo, r.hi);
+}
+
+std::size_t SimBackend::race_history_size() {
+  std::lock_guard lk(mu_);
+  return races_.segment_count();
+}
+
+void SimBackend::on_thread_exit(std::uint64_t thread_id) {
+  std::lock_guard lk(mu_);
+  for (auto it = per_thread_.begin(); it != per_thread_.end();) {
+    if (it->first.first != thread_id) {
+      ++it;
+      continue;
+    }
+    release_locked(it->second);  // never waits: a thread exit must not wait for stream work
+    it = per_thread_.erase(it);
+  }
+  current_device_.erase(thread_id);
+}
+
+}  // namespace cai::device::detail

@@ -1,0 +1,99 @@
+// Backend selection by CAI_BACKEND, and the public simulator controls on the process-wide
+// backend.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <vector>
+
+#include "cai/device/backend.h"
+#include "cai/device/simulator.h"
+#include "device/backend_select.h"
+#include "test_sim_util.h"
+
+namespace cai::device {
+namespace {
+
+TEST(backend_select, sim) {
+  auto b = detail::select_backend("sim");
+  EXPECT_EQ(b->name(), "simulator");
+  EXPECT_EQ(b->device_count(), 1);
+}
+
+TEST(backend_select, unknown_value_names_it_and_the_accepted_ones) {
+  EXPECT_CAI_ERROR(detail::select_backend("gpu"), Errc::value_error,
+                   "CAI_BACKEND=gpu: unknown backend; expected \"sim\"");
+  EXPECT_CAI_ERROR(detail::select_backend("SIM"), Errc::value_error, "\"cuda\"");
+}
+
+TEST(backend_select, cuda_fails_clearly_without_a_driver) {
+  if (cuda_available()) {
+    EXPECT_EQ(detail::select_backend("cuda")->name(), "cuda");
+  } else {
+    EXPECT_CAI_ERROR(detail::select_backend("cuda"), Errc::device_error, "CAI_BACKEND=sim");
+  }
+}
+
+TEST(backend_select, unset_prefers_cuda_when_available) {
+  auto b = detail::select_backend("");
+  EXPECT_EQ(b->name(), cuda_available() ? "cuda" : "simulator");
+}
+
+TEST(backend_select, sim_devices_from_the_environment) {
+  ::setenv("CAI_SIM_DEVICES", "3", 1);
+  EXPECT_EQ(detail::select_backend("sim")->device_count(), 3);
+  ::setenv("CAI_SIM_DEVICES", "zero", 1);
+  EXPECT_CAI_ERROR(detail::select_backend("sim"), Errc::value_error,
+                   "CAI_SIM_DEVICES=zero: expected an integer from 1 to 64");
+  ::setenv("CAI_SIM_DEVICES", "65", 1);
+  EXPECT_CAI_ERROR(detail::select_backend("sim"), Errc::value_error, "CAI_SIM_DEVICES=65");
+  ::unsetenv("CAI_SIM_DEVICES");
+  EXPECT_EQ(detail::select_backend("sim")->device_count(), 1);
+}
+
+TEST(backend_select, process_wide_backend_and_sim_controls) {
+  const char* env = std::getenv("CAI_BACKEND");
+  Backend* b = nullptr;
+  try {
+    b = &backend();
+  } catch (const Error& e) {
+    // Only an explicit CAI_BACKEND=cuda without a driver may fail.
+    ASSERT_TRUE(env != nullptr && std::string(env) == "cuda") << e.what();
+    EXPECT_FALSE(sim::active());
+    return;
+  }
+  EXPECT_EQ(&backend(), b);  // chosen once
+  EXPECT_EQ(sim::active(), b->name() == "simulator");
+  if (!sim::active()) {
+    EXPECT_CAI_ERROR(sim::delay(kLegacyDefaultStream, 0), Errc::device_error,
+                     "cai::device::sim::delay(): the active backend is \"cuda\", not the "
+                     "simulator");
+    EXPECT_CAI_ERROR(sim::set_race_detection(true), Errc::device_error, "not the simulator");
+    return;
+  }
+  const std::uint64_t p = b->alloc(MemoryKind::pinned_host, 64);
+  const StreamHandle s = b->stream_create(true);
+  sim::delay(s, 0.2);
+  std::atomic<int> ran{0};
+  const sim::Access acc[] = {sim::Access::contiguous(p, 64, true)};
+  sim::enqueue_task(
+      s, acc, [&] { ++ran; }, "writer");
+  EXPECT_FALSE(b->stream_query(s));
+  EXPECT_CAI_ERROR(sim::host_access(p, 8, false), Errc::race,
+                   "race: host_access on the host reads");
+  b->stream_synchronize(s);
+  EXPECT_EQ(ran.load(), 1);
+  sim::host_access(p, 8, false);
+  EXPECT_TRUE(sim::race_detection());
+  sim::set_race_detection(false);
+  EXPECT_FALSE(sim::race_detection());
+  sim::set_race_detection(true);
+  std::vector<char> host(16);
+  sim::forget(reinterpret_cast<std::uintptr_t>(host.data()), host.size());
+  b->stream_destroy(s);
+  b->free(p);
+}
+
+}  // namespace
+}  // namespace cai::device

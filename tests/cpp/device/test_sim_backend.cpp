@@ -1,0 +1,456 @@
+// The simulator backend: devices, memory and pointer attributes, each operation, streams,
+// events, sticky errors, threads. Each test uses a private instance.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <complex>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "cai/device/simulator.h"
+#include "device/checks.h"
+#include "device/sim/sim_backend.h"
+#include "test_sim_util.h"
+
+namespace cai::device::detail {
+namespace {
+
+using test::addr;
+
+class SimBackendTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<SimBackend> sim = make_sim_backend();
+
+  // Device buffer holding `host`, synchronized on the legacy stream.
+  template <class T>
+  std::uint64_t upload(const std::vector<T>& host) {
+    std::uint64_t p = sim->alloc(MemoryKind::device, host.size() * sizeof(T));
+    sim->copy_async(p, addr(host.data()), host.size() * sizeof(T), kLegacyDefaultStream);
+    sim->stream_synchronize(kLegacyDefaultStream);
+    return p;
+  }
+  template <class T>
+  std::vector<T> download(std::uint64_t p, std::size_t n, StreamHandle s = kLegacyDefaultStream) {
+    std::vector<T> out(n);
+    sim->copy_async(addr(out.data()), p, n * sizeof(T), s);
+    sim->stream_synchronize(s);
+    return out;
+  }
+};
+
+TEST_F(SimBackendTest, devices) {
+  EXPECT_EQ(sim->name(), "simulator");
+  EXPECT_EQ(sim->device_count(), 1);
+  DeviceProperties p = sim->properties(0);
+  EXPECT_EQ(p.name, "cai simulator");
+  EXPECT_EQ(p.compute_major, 9);
+  EXPECT_EQ(p.compute_minor, 0);
+  EXPECT_GT(p.total_memory, 0u);
+  EXPECT_GT(p.multiprocessors, 0);
+  EXPECT_EQ(sim->current_device(), 0);
+  EXPECT_CAI_ERROR(sim->properties(1), Errc::value_error, "device 1 out of range");
+  EXPECT_CAI_ERROR(sim->set_current_device(-1), Errc::value_error, "device -1 out of range");
+  EXPECT_CAI_ERROR(SimBackend(0), Errc::value_error, "0 devices requested");
+}
+
+TEST_F(SimBackendTest, pointer_info_of_interior_and_foreign_pointers) {
+  const std::uint64_t d = sim->alloc(MemoryKind::device, 1000);
+  const std::uint64_t h = sim->alloc(MemoryKind::pinned_host, 10);
+  const std::uint64_t m = sim->alloc(MemoryKind::managed, 64);
+  EXPECT_EQ(d % 256, 0u);
+  EXPECT_EQ(h % 256, 0u);
+  PointerInfo i = sim->pointer_info(d + 999);
+  EXPECT_EQ(i.kind, MemoryKind::device);
+  EXPECT_EQ(i.device, 0);
+  EXPECT_NE(i.context, 0u);
+  EXPECT_FALSE(i.host_accessible);
+  EXPECT_TRUE(i.device_accessible);
+  EXPECT_EQ(i.alloc_base, d);
+  EXPECT_EQ(i.alloc_size, 1000u);
+  i = sim->pointer_info(h + 3);
+  EXPECT_EQ(i.kind, MemoryKind::pinned_host);
+  EXPECT_TRUE(i.host_accessible);
+  EXPECT_TRUE(i.device_accessible);
+  EXPECT_EQ(i.alloc_base, h);
+  i = sim->pointer_info(m);
+  EXPECT_EQ(i.kind, MemoryKind::managed);
+  EXPECT_TRUE(i.host_accessible);
+  EXPECT_EQ(i.context, sim->pointer_info(d).context);
+  // One past the end, pageable host memory, null: unregistered.
+  int local = 0;
+  for (std::uint64_t p : {d + 1000, addr(&local), std::uint64_t{0}}) {
+    i = sim->pointer_info(p);
+    EXPECT_EQ(i.kind, MemoryKind::unregistered);
+    EXPECT_EQ(i.device, -1);
+    EXPECT_FALSE(i.host_accessible);
+    EXPECT_FALSE(i.device_accessible);
+    EXPECT_EQ(i.alloc_base, 0u);
+  }
+  sim->free(d);
+  EXPECT_EQ(sim->pointer_info(d + 1).kind, MemoryKind::unregistered);
+  sim->free(h);
+  sim->free(m);
+}
+
+TEST_F(SimBackendTest, alloc_and_free_errors) {
+  EXPECT_EQ(sim->alloc(MemoryKind::device, 0), 0u);
+  sim->free(0);
+  EXPECT_CAI_ERROR(sim->alloc(MemoryKind::unregistered, 8), Errc::value_error, "kind must be");
+  const std::uint64_t p = sim->alloc(MemoryKind::device, 64);
+  EXPECT_CAI_ERROR(sim->free(p + 8), Errc::device_error,
+                   "not the start of an allocation of the simulator (it is inside the "
+                   "allocation at");
+  int local = 0;
+  EXPECT_CAI_ERROR(sim->free(addr(&local)), Errc::device_error, "not the start of an allocation");
+  sim->free(p);
+  EXPECT_CAI_ERROR(sim->free(p), Errc::device_error, "not the start of an allocation");
+}
+
+TEST_F(SimBackendTest, memset_and_copy) {
+  const std::uint64_t d = sim->alloc(MemoryKind::device, 16);
+  sim->memset_async(d, 0x5a, 16, kLegacyDefaultStream);
+  sim->memset_async(d + 4, 0x01, 4, kLegacyDefaultStream);
+  std::vector<std::uint8_t> got = download<std::uint8_t>(d, 16);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(got[i], (i >= 4 && i < 8) ? 0x01 : 0x5a) << i;
+  // Host -> device -> pinned -> host.
+  std::vector<std::uint32_t> src(100);
+  std::iota(src.begin(), src.end(), 7u);
+  const std::uint64_t dev = upload(src);
+  const std::uint64_t pinned = sim->alloc(MemoryKind::pinned_host, 400);
+  sim->copy_async(pinned, dev, 400, kLegacyDefaultStream);
+  EXPECT_EQ(download<std::uint32_t>(pinned, 100), src);
+  // Zero-byte operations are accepted, even with null pointers.
+  sim->copy_async(0, 0, 0, kLegacyDefaultStream);
+  sim->memset_async(0, 0, 0, kLegacyDefaultStream);
+  sim->stream_synchronize(kLegacyDefaultStream);
+}
+
+TEST_F(SimBackendTest, kernels_reject_memory_the_device_cannot_reach) {
+  std::vector<char> host(64);
+  EXPECT_CAI_ERROR(sim->memset_async(addr(host.data()), 0, 64, kLegacyDefaultStream),
+                   Errc::device_error, "memset_async(): dst at 0x" /* ... */);
+  EXPECT_CAI_ERROR(sim->memset_async(addr(host.data()), 0, 64, kLegacyDefaultStream),
+                   Errc::device_error, "is not memory of the simulator");
+  const std::uint64_t d = sim->alloc(MemoryKind::device, 64);
+  EXPECT_CAI_ERROR(sim->memset_async(d + 32, 0, 64, kLegacyDefaultStream), Errc::device_error,
+                   "runs past the end of its allocation");
+  EXPECT_CAI_ERROR(sim->copy_async(addr(host.data()), d, 65, kLegacyDefaultStream),
+                   Errc::device_error, "copy_async(): src");
+  const std::int64_t shape[] = {4};
+  const std::int64_t st[] = {16};
+  const float one = 1;
+  EXPECT_CAI_ERROR(sim->fill_async({d + 16, st}, shape, 4, &one, kLegacyDefaultStream),
+                   Errc::device_error, "fill_async(): dst");
+  EXPECT_CAI_ERROR(sim->fill_async({d, st}, shape, 4, nullptr, kLegacyDefaultStream),
+                   Errc::value_error, "value is a null pointer");
+  EXPECT_CAI_ERROR(sim->add_async({d, st}, {addr(host.data()), st}, {d, st}, shape,
+                                  ElementType::f32, kLegacyDefaultStream),
+                   Errc::device_error, "add_async(): a at");
+  const std::int64_t bad[] = {4, 4};
+  EXPECT_CAI_ERROR(sim->copy_strided_async({d, st}, {d, bad}, shape, 4, kLegacyDefaultStream),
+                   Errc::value_error, "copy_strided_async(): src has 2 strides for a 1-d shape");
+  EXPECT_CAI_ERROR(sim->copy_strided_async({d, st}, {d, st}, shape, 0, kLegacyDefaultStream),
+                   Errc::value_error, "itemsize is 0");
+  const std::int64_t neg[] = {-1};
+  EXPECT_CAI_ERROR(sim->fill_async({d, st}, neg, 4, &one, kLegacyDefaultStream), Errc::value_error,
+                   "shape[0] is -1");
+  sim->stream_synchronize(kLegacyDefaultStream);
+}
+
+TEST_F(SimBackendTest, fill_every_itemsize) {
+  for (std::size_t itemsize : {1, 2, 3, 4, 8, 16}) {
+    const std::uint64_t d = sim->alloc(MemoryKind::device, 10 * itemsize);
+    sim->memset_async(d, 0, 10 * itemsize, kLegacyDefaultStream);
+    std::vector<std::uint8_t> value(itemsize);
+    std::iota(value.begin(), value.end(), std::uint8_t{1});
+    const std::int64_t shape[] = {5};
+    const std::int64_t st[] = {static_cast<std::int64_t>(2 * itemsize)};  // every other one
+    sim->fill_async({d, st}, shape, itemsize, value.data(), kLegacyDefaultStream);
+    value.assign(itemsize, 0);  // the value was copied at enqueue
+    std::vector<std::uint8_t> got = download<std::uint8_t>(d, 10 * itemsize);
+    for (std::size_t i = 0; i < 10 * itemsize; ++i) {
+      const std::size_t elem = i / itemsize, byte = i % itemsize;
+      EXPECT_EQ(got[i], elem % 2 == 0 ? byte + 1 : 0) << itemsize << " " << i;
+    }
+    sim->free(d);
+  }
+}
+
+template <class T>
+void check_add(SimBackendTest* t, SimBackend& sim, ElementType type, std::vector<T> a,
+               std::vector<T> b, std::vector<T> want) {
+  (void)t;
+  const std::size_t n = a.size();
+  const std::uint64_t da = sim.alloc(MemoryKind::device, n * sizeof(T));
+  const std::uint64_t db = sim.alloc(MemoryKind::managed, n * sizeof(T));
+  const std::uint64_t dout = sim.alloc(MemoryKind::pinned_host, n * sizeof(T));
+  sim.copy_async(da, addr(a.data()), n * sizeof(T), kLegacyDefaultStream);
+  sim.copy_async(db, addr(b.data()), n * sizeof(T), kLegacyDefaultStream);
+  const std::int64_t shape[] = {static_cast<std::int64_t>(n)};
+  const std::int64_t st[] = {static_cast<std::int64_t>(sizeof(T))};
+  sim.add_async({dout, st}, {da, st}, {db, st}, shape, type, kLegacyDefaultStream);
+  std::vector<T> got(n);
+  sim.copy_async(addr(got.data()), dout, n * sizeof(T), kLegacyDefaultStream);
+  sim.stream_synchronize(kLegacyDefaultStream);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), n * sizeof(T))) << element_type_name(type);
+  sim.free(da);
+  sim.free(db);
+  sim.free(dout);
+}
+
+TEST_F(SimBackendTest, add_every_element_type) {
+  check_add<std::uint8_t>(this, *sim, ElementType::b8, {0, 1, 0, 3}, {0, 0, 1, 4}, {0, 1, 1, 1});
+  check_add<std::int8_t>(this, *sim, ElementType::i8, {100, -1}, {100, 1}, {-56, 0});
+  check_add<std::int16_t>(this, *sim, ElementType::i16, {30000, -1}, {30000, 1}, {-5536, 0});
+  check_add<std::int32_t>(this, *sim, ElementType::i32, {1, -1}, {2, 1}, {3, 0});
+  check_add<std::int64_t>(this, *sim, ElementType::i64, {1ll << 40, -1}, {1, 1},
+                          {(1ll << 40) + 1, 0});
+  check_add<std::uint8_t>(this, *sim, ElementType::u8, {255}, {2}, {1});
+  check_add<std::uint16_t>(this, *sim, ElementType::u16, {65535}, {2}, {1});
+  check_add<std::uint32_t>(this, *sim, ElementType::u32, {7}, {8}, {15});
+  check_add<std::uint64_t>(this, *sim, ElementType::u64, {~0ull}, {1}, {0});
+  check_add<std::uint16_t>(this, *sim, ElementType::f16, {float_to_half(0.5f)},
+                           {float_to_half(0.25f)}, {float_to_half(0.75f)});
+  check_add<float>(this, *sim, ElementType::f32, {0.5f, 1e38f}, {0.25f, 1e38f}, {0.75f, 2e38f});
+  check_add<double>(this, *sim, ElementType::f64, {0.5}, {0.25}, {0.75});
+  check_add<std::complex<float>>(this, *sim, ElementType::c64, {{1, 2}}, {{3, 4}}, {{4, 6}});
+  check_add<std::complex<double>>(this, *sim, ElementType::c128, {{1, 2}}, {{3, -4}}, {{4, -2}});
+}
+
+TEST_F(SimBackendTest, stream_handles) {
+  const StreamHandle a = sim->stream_create(false);
+  const StreamHandle b = sim->stream_create(true);
+  EXPECT_GT(a, 2u);
+  EXPECT_GT(b, 2u);
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(sim->stream_query(a));
+  sim->stream_synchronize(b);
+  sim->stream_destroy(a);
+  char text[64];
+  std::snprintf(text, sizeof text, "stream 0x%llx: not a stream of the simulator",
+                static_cast<unsigned long long>(a));
+  EXPECT_CAI_ERROR(sim->stream_synchronize(a), Errc::device_error, text);
+  EXPECT_CAI_ERROR(sim->stream_query(0x1234), Errc::device_error,
+                   "stream_query(): stream 0x1234: not a stream of the simulator");
+  EXPECT_CAI_ERROR(sim->stream_synchronize(0), Errc::value_error, "stream 0 is not allowed");
+  EXPECT_CAI_ERROR(sim->memset_async(1, 0, 0, 0), Errc::value_error, "stream 0 is not allowed");
+  EXPECT_CAI_ERROR(sim->stream_destroy(kLegacyDefaultStream), Errc::device_error,
+                   "cannot be destroyed");
+  EXPECT_CAI_ERROR(sim->stream_destroy(kPerThreadDefaultStream), Errc::device_error,
+                   "cannot be destroyed");
+  EXPECT_TRUE(sim->stream_query(kLegacyDefaultStream));
+  EXPECT_TRUE(sim->stream_query(kPerThreadDefaultStream));
+  sim->stream_destroy(b);
+}
+
+TEST_F(SimBackendTest, enqueue_returns_before_a_delayed_producer_finishes) {
+  const StreamHandle producer = sim->stream_create(true);
+  const StreamHandle consumer = sim->stream_create(true);
+  const std::uint64_t d = sim->alloc(MemoryKind::device, 256);
+  const std::uint64_t out = sim->alloc(MemoryKind::pinned_host, 256);
+  sim->delay(producer, 0.5);
+  sim->memset_async(d, 7, 256, producer);
+  const EventHandle done = sim->event_create(false);
+  sim->event_record(done, producer);
+  sim->stream_wait_event(consumer, done);
+  sim->copy_async(out, d, 256, consumer);
+  // The host got here at once: both streams still have work ahead of them.
+  EXPECT_FALSE(sim->stream_query(producer));
+  EXPECT_FALSE(sim->stream_query(consumer));
+  EXPECT_FALSE(sim->event_query(done));
+  sim->stream_synchronize(consumer);
+  // The consumer waited for the producer in real execution too.
+  EXPECT_TRUE(sim->event_query(done));
+  std::vector<std::uint8_t> got(256);
+  std::memcpy(got.data(), reinterpret_cast<void*>(out), 256);
+  for (std::uint8_t v : got) ASSERT_EQ(v, 7);
+  sim->event_destroy(done);
+  sim->stream_destroy(producer);
+  sim->stream_destroy(consumer);
+}
+
+TEST_F(SimBackendTest, events) {
+  const EventHandle e = sim->event_create(true);
+  // Never recorded: complete; synchronize and wait are no-ops.
+  EXPECT_TRUE(sim->event_query(e));
+  sim->event_synchronize(e);
+  sim->stream_wait_event(kLegacyDefaultStream, e);
+  EXPECT_CAI_ERROR(sim->event_elapsed_ms(e, e), Errc::device_error, "has not been recorded");
+  const EventHandle start = sim->event_create(true);
+  const StreamHandle s = sim->stream_create(false);
+  sim->event_record(start, s);
+  sim->delay(s, 0.05);
+  sim->event_record(e, s);
+  EXPECT_FALSE(sim->event_query(e));
+  EXPECT_CAI_ERROR(sim->event_elapsed_ms(start, e), Errc::device_error, "has not completed yet");
+  sim->event_synchronize(e);
+  EXPECT_TRUE(sim->stream_query(s));
+  // The delay lies between the two records (sleep_for sleeps at least that long).
+  EXPECT_GE(sim->event_elapsed_ms(start, e), 49.0f);
+  EXPECT_LE(sim->event_elapsed_ms(e, start), -49.0f);
+  const EventHandle plain = sim->event_create(false);
+  sim->event_record(plain, s);
+  sim->event_synchronize(plain);
+  EXPECT_CAI_ERROR(sim->event_elapsed_ms(start, plain), Errc::device_error,
+                   "was created without timing");
+  // Re-recording moves the event to the new position.
+  sim->delay(s, 0.3);
+  sim->event_record(plain, s);
+  EXPECT_FALSE(sim->event_query(plain));
+  sim->event_destroy(plain);
+  EXPECT_CAI_ERROR(sim->event_query(plain), Errc::device_error, "not an event of the simulator");
+  sim->event_destroy(e);
+  sim->event_destroy(start);
+  sim->stream_destroy(s);
+}
+
+TEST_F(SimBackendTest, task_failures_are_reported_by_the_next_synchronize) {
+  const StreamHandle s = sim->stream_create(false);
+  std::atomic<int> ran{0};
+  sim->enqueue_task(
+      s, {}, [] { throw std::runtime_error("kernel exploded"); }, "my_kernel");
+  sim->enqueue_task(s, {}, [&] { ++ran; });  // later work still runs
+  EXPECT_CAI_ERROR(sim->stream_synchronize(s), Errc::device_error,
+                   "stream_synchronize(): my_kernel on stream 0x");
+  EXPECT_EQ(ran.load(), 1);
+  sim->stream_synchronize(s);  // reported once
+  // Through an event recorded after it.
+  const EventHandle e = sim->event_create(false);
+  sim->enqueue_task(s, {}, [] { throw std::runtime_error("again"); });
+  sim->event_record(e, s);
+  EXPECT_CAI_ERROR(sim->event_synchronize(e), Errc::device_error, "failed: again");
+  // Through the device.
+  sim->enqueue_task(
+      s, {}, [] { throw 42; }, "odd");
+  EXPECT_CAI_ERROR(sim->synchronize(), Errc::device_error, "odd on stream");
+  sim->synchronize();
+  EXPECT_CAI_ERROR(sim->enqueue_task(s, {}, {}), Errc::value_error, "the task is empty");
+  EXPECT_CAI_ERROR(sim->delay(s, -1), Errc::value_error, "delay(): seconds must be");
+  sim->event_destroy(e);
+  sim->stream_destroy(s);
+}
+
+TEST_F(SimBackendTest, legacy_stream_waits_for_blocking_streams_in_real_execution) {
+  const StreamHandle blocking = sim->stream_create(false);
+  std::atomic<int> value{0};
+  int seen = -1;
+  sim->delay(blocking, 0.3);
+  sim->enqueue_task(blocking, {}, [&] { value = 1; });
+  sim->enqueue_task(kLegacyDefaultStream, {}, [&] { seen = value.load(); });
+  sim->stream_synchronize(kLegacyDefaultStream);
+  EXPECT_EQ(seen, 1);
+  // And later blocking work waits for the legacy stream.
+  sim->delay(kLegacyDefaultStream, 0.3);
+  sim->enqueue_task(kLegacyDefaultStream, {}, [&] { value = 2; });
+  sim->enqueue_task(blocking, {}, [&] { seen = value.load(); });
+  sim->stream_synchronize(blocking);
+  EXPECT_EQ(seen, 2);
+  sim->stream_destroy(blocking);
+}
+
+TEST_F(SimBackendTest, non_blocking_streams_do_not_wait_for_the_legacy_stream) {
+  const StreamHandle nb = sim->stream_create(true);
+  sim->delay(nb, 0.5);
+  sim->enqueue_task(kLegacyDefaultStream, {}, [] {});
+  sim->stream_synchronize(kLegacyDefaultStream);
+  EXPECT_FALSE(sim->stream_query(nb));  // the legacy work finished first
+  sim->stream_destroy(nb);
+}
+
+TEST_F(SimBackendTest, per_thread_default_streams_are_distinct) {
+  std::atomic<bool> busy{false};
+  std::thread a([&] {
+    sim->delay(kPerThreadDefaultStream, 0.5);
+    busy = !sim->stream_query(kPerThreadDefaultStream);
+    std::thread b([&] {
+      // Another thread's per-thread stream is idle.
+      EXPECT_TRUE(sim->stream_query(kPerThreadDefaultStream));
+    });
+    b.join();
+    sim->stream_synchronize(kPerThreadDefaultStream);
+  });
+  a.join();
+  EXPECT_TRUE(busy.load());
+  EXPECT_TRUE(sim->stream_query(kPerThreadDefaultStream));
+  sim->synchronize();
+}
+
+TEST_F(SimBackendTest, several_devices) {
+  auto two = make_sim_backend(2);
+  EXPECT_EQ(two->device_count(), 2);
+  two->set_current_device(1);
+  EXPECT_EQ(two->current_device(), 1);
+  const std::uint64_t p = two->alloc(MemoryKind::device, 8);
+  EXPECT_EQ(two->pointer_info(p).device, 1);
+  const StreamHandle s = two->stream_create(false);
+  std::thread([&] { EXPECT_EQ(two->current_device(), 0); }).join();  // per host thread
+  // Device 1's legacy stream does not wait for device 0's blocking streams.
+  two->set_current_device(0);
+  const std::uint64_t q = two->alloc(MemoryKind::device, 8);
+  EXPECT_EQ(two->pointer_info(q).device, 0);
+  EXPECT_NE(two->pointer_info(q).context, two->pointer_info(p).context);
+  const StreamHandle s0 = two->stream_create(false);
+  two->delay(s0, 0.5);
+  two->set_current_device(1);
+  two->enqueue_task(kLegacyDefaultStream, {}, [] {});
+  two->stream_synchronize(kLegacyDefaultStream);
+  EXPECT_FALSE(two->stream_query(s0));
+  two->memset_async(p, 1, 8, s);
+  two->synchronize();
+  two->free(p);
+  two->free(q);
+}
+
+TEST_F(SimBackendTest, many_threads_at_once) {
+  constexpr int kThreads = 4, kRounds = 50;
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const StreamHandle s = sim->stream_create(t % 2 == 0);
+      const std::uint64_t d = sim->alloc(MemoryKind::device, 1024);
+      std::vector<std::uint8_t> host(1024);
+      for (int r = 0; r < kRounds; ++r) {
+        sim->memset_async(d, r + t, 1024, s);
+        sim->copy_async(addr(host.data()), d, 1024, s);
+        sim->stream_synchronize(s);
+        if (host[0] != static_cast<std::uint8_t>(r + t) ||
+            host[1023] != static_cast<std::uint8_t>(r + t)) {
+          ++bad;
+        }
+      }
+      sim->stream_destroy(s);
+      sim->free(d);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(sim_backend_lifetime, destruction_drains_pending_work) {
+  std::atomic<bool> ran{false};
+  {
+    auto sim = make_sim_backend();
+    const StreamHandle s = sim->stream_create(false);
+    sim->delay(s, 0.05);
+    sim->enqueue_task(s, {}, [&] { ran = true; });
+    sim->stream_destroy(s);  // returns at once; the work still runs
+  }
+  EXPECT_TRUE(ran.load());
+}
+
+TEST(sim_backend_lifetime, thread_exit_releases_per_thread_streams) {
+  auto sim = make_sim_backend();
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 8; ++i) {
+    std::thread([&] { sim->enqueue_task(kPerThreadDefaultStream, {}, [&] { ++ran; }); }).join();
+  }
+  sim->synchronize();
+  EXPECT_EQ(ran.load(), 8);
+}
+
+}  // namespace
+}  // namespace cai::device::detail
