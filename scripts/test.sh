@@ -26,7 +26,8 @@ if command -v clang++ >/dev/null 2>&1; then
   echo "== fuzzers (bounded)"
   CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCAI_BUILD_FUZZERS=ON -DCAI_BUILD_TESTS=OFF \
     -DCAI_INSTALL=OFF >/dev/null
-  cmake --build build/fuzz -j "$JOBS"
+  targets=$(ls fuzz/fuzz_*.cpp | sed 's|fuzz/fuzz_\(.*\)\.cpp|cai_fuzz_\1|')
+  cmake --build build/fuzz -j "$JOBS" --target $targets
   for f in build/fuzz/fuzz/cai_fuzz_*; do
     [ -x "$f" ] || continue
     corpus="tests/fuzz_corpus/$(basename "$f")"

@@ -160,7 +160,7 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
 template <class Managed>
 void release_with_gil(Managed* t) {
   if (!t->deleter) return;
-  if (!Py_IsInitialized()) return;
+  if (!nb::is_alive()) return;
   PyGILState_STATE st = PyGILState_Ensure();
   t->deleter(t);
   PyGILState_Release(st);
