@@ -12,6 +12,10 @@
 
 namespace cai::device {
 
+namespace detail {
+class SimBackend;
+}
+
 /// A stream as the CUDA Array Interface writes it: 1 is the legacy default stream, 2 the
 /// per-thread default stream, any other value a CUstream. 0 is never a valid handle here.
 using StreamHandle = std::uint64_t;
@@ -109,11 +113,20 @@ class Backend {
 
   /// Waits for all work on the current device.
   virtual void synchronize() = 0;
+
+  /// The simulator behind this interface, or null. Virtual (not a dynamic_cast) so that it
+  /// also answers for a backend shared from another module (see adopt_backend).
+  virtual detail::SimBackend* as_simulator() noexcept { return nullptr; }
 };
 
 /// The process-wide backend: chosen once, on first use, from CAI_BACKEND ("sim", "cuda" or
 /// unset = CUDA when a driver and a device are present, else the simulator).
 Backend& backend();
+
+/// Makes backend() return `shared` from now on in this module. Extension modules that link
+/// cai statically call it (through cai/python/capi.h) with the backend of the `cai` Python
+/// package, so that one process has one simulator or one set of CUDA contexts.
+void adopt_backend(Backend* shared) noexcept;
 
 /// True when a CUDA driver with at least one device can be loaded (never throws).
 bool cuda_available();

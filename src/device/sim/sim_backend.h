@@ -65,6 +65,7 @@ class SimBackend final : public Backend {
   float event_elapsed_ms(EventHandle start, EventHandle end) override;
 
   void synchronize() override;
+  SimBackend* as_simulator() noexcept override { return this; }
 
   // Simulator-only controls, exposed publicly through cai/device/simulator.h.
   void delay(StreamHandle s, double seconds);

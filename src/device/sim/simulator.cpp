@@ -10,7 +10,7 @@ namespace cai::device::sim {
 namespace {
 
 detail::SimBackend& simulator(const char* where) {
-  auto* sim = dynamic_cast<detail::SimBackend*>(&backend());
+  auto* sim = backend().as_simulator();
   if (sim == nullptr) {
     throw_error(Errc::device_error,
                 std::string("cai::device::sim::") + where + "(): the active backend is \"" +
@@ -23,7 +23,7 @@ detail::SimBackend& simulator(const char* where) {
 
 bool active() {
   try {
-    return dynamic_cast<detail::SimBackend*>(&backend()) != nullptr;
+    return backend().as_simulator() != nullptr;
   } catch (...) {
     return false;
   }
