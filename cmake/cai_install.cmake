@@ -2,7 +2,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY include/cai DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(TARGETS cai cai_core cai_device cai_sync cai_arrays EXPORT cai-targets
+install(TARGETS cai cai_python cai_core cai_device cai_sync cai_arrays EXPORT cai-targets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(EXPORT cai-targets NAMESPACE cai:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/cai)

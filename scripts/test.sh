@@ -22,6 +22,11 @@ cmake -S tests/cmake/find_package -B build/find_package -G Ninja \
 cmake --build build/find_package
 ctest --test-dir build/find_package --output-on-failure
 
+echo "== examples/add_extension: an extension built only through the installed package"
+cmake -S examples/add_extension -B build/add_extension -G Ninja \
+  -DCMAKE_PREFIX_PATH="$ROOT/build/install" -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
+cmake --build build/add_extension -j "$JOBS"
+
 if command -v clang++ >/dev/null 2>&1; then
   echo "== fuzzers (bounded)"
   CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCAI_BUILD_FUZZERS=ON -DCAI_BUILD_TESTS=OFF \

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "cai/core/error.h"
 #include "cai/device/backend.h"
 #include "cai/device/owned.h"
 #include "cai/sync/ordering.h"
@@ -41,6 +42,9 @@ struct Config {
 };
 Config& config();
 
+/// Sets the Python exception that stands for `e` (TypeError, ValueError, cai.RaceError, ...).
+void set_python_error(const Error& e) noexcept;
+
 void bind_errors(nb::module_& m);
 void bind_core(nb::module_& m);
 void bind_device(nb::module_& m);
@@ -48,5 +52,6 @@ void bind_array(nb::module_& m);
 void bind_ops(nb::module_& m);
 void bind_dlpack(nb::module_& m);
 void bind_probes(nb::module_& m);
+void bind_capi(nb::module_& m);
 
 }  // namespace cai::python

@@ -42,6 +42,7 @@ NB_MODULE(_cai, m) {
   bind_ops(m);
   bind_dlpack(m);
   bind_probes(m);
+  bind_capi(m);
   m.def("_get_import_sync", [] { return config().import_sync; });
   m.def("_set_import_sync", [](bool v) { config().import_sync = v; });
   m.def("_get_export_stream", [] { return config().export_stream; });
