@@ -17,6 +17,14 @@ nb::handle g_array_type;
 
 nb::object np() { return numpy_module(); }
 
+// An index or slice bound as int64; Python ints beyond int64 are clamped, as Python's own
+// slicing does, so a huge index is out of range (IndexError) and a huge bound is clamped.
+std::int64_t clamped_index(nb::handle o) {
+  const Py_ssize_t v = PyNumber_AsSsize_t(o.ptr(), nullptr);
+  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+  return v;
+}
+
 IndexItem index_item(nb::handle o) {
   if (o.is_none()) return IndexItem::newaxis();
   if (o.ptr() == Py_Ellipsis) return IndexItem::ellipsis();
@@ -27,12 +35,12 @@ IndexItem index_item(nb::handle o) {
       if (!PyIndex_Check(v.ptr()))
         throw_error(Errc::type_error, std::string("__getitem__: slice ") + name +
                                           " must be an int or None, got " + nb::inst_name(v).c_str());
-      return nb::cast<std::int64_t>(nb::steal(PyNumber_Index(v.ptr())));
+      return clamped_index(v);
     };
     return IndexItem::range(part("start"), part("stop"), part("step"));
   }
   if (!PyBool_Check(o.ptr()) && PyIndex_Check(o.ptr()))
-    return IndexItem::at(nb::cast<std::int64_t>(nb::steal(PyNumber_Index(o.ptr()))));
+    return IndexItem::at(clamped_index(o));
   throw_error(Errc::type_error, std::string("__getitem__: only integers, slices, None and ... are "
                                             "supported (basic indexing gives views); got ") +
                                     nb::inst_name(o).c_str());
@@ -181,8 +189,22 @@ DType dtype_from_numpy(nb::handle dtype_like, const char* entry) {
 }
 
 nb::object numpy_dtype(const DType& t) {
-  if (t.is_structured()) return np().attr("dtype")(descr_to_python(t.descr()));
-  return np().attr("dtype")(nb::str(t.str().c_str()));
+  if (!t.is_structured()) return np().attr("dtype")(nb::str(t.str().c_str()));
+  // From names, formats and offsets: np.dtype(descr) would turn the ('', '|Vn') padding
+  // entries of a descr into fields named f<i>, a different dtype.
+  nb::list names, formats, offsets;
+  for (const Field& f : t.fields()) {
+    names.append(nb::str(f.name.c_str()));
+    nb::object type = numpy_dtype(f.type);
+    formats.append(f.shape.empty() ? type : nb::object(nb::make_tuple(type, to_tuple(f.shape))));
+    offsets.append(f.offset);
+  }
+  nb::dict spec;
+  spec["names"] = names;
+  spec["formats"] = formats;
+  spec["offsets"] = offsets;
+  spec["itemsize"] = t.itemsize();
+  return np().attr("dtype")(spec);
 }
 
 static nb::object array_dtype(PyArray& a) {
@@ -243,7 +265,7 @@ static void setitem(PyArray& self, nb::handle key, nb::handle value) {
 
 void bind_array(nb::module_& m) {
   auto cls = nb::class_<PyArray>(
-      m, "DeviceNDArray",
+      m, "DeviceNDArray", nb::is_weak_referenceable(),
       "An array in device memory (or simulator memory), created by cai or imported from any "
       "object with __cuda_array_interface__. Indexing gives views; every operation is ordered "
       "on streams as CAI v3 requires.");
@@ -282,7 +304,8 @@ void bind_array(nb::module_& m) {
            })
       .def("is_c_contiguous", [](const PyArray& a) { return a.view.layout().is_c_contiguous(); })
       .def("is_f_contiguous", [](const PyArray& a) { return a.view.layout().is_f_contiguous(); })
-      .def("copy_to_host", &copy_to_host_impl, nb::arg("ary") = nb::none(), nb::arg("stream") = 0,
+      .def("copy_to_host", &copy_to_host_impl, nb::arg("ary") = nb::none(),
+           nb::arg("stream").none() = 0,
            "Copies to a NumPy array (a new one, or `ary`) and waits for the copy.")
       .def(
           "copy_to_device",
@@ -296,13 +319,14 @@ void bind_array(nb::module_& m) {
               set_from_host(self.view, obj, s);
             }
           },
-          nb::arg("obj"), nb::arg("stream") = 0,
+          nb::arg("obj"), nb::arg("stream").none() = 0,
           "Copies a host array (anything NumPy reads) or a device array into this array.")
       .def("__getitem__",
            [](PyArray& self, nb::handle key) {
              return wrap(index_view(self.view, key), self.np_dtype);
-           })
-      .def("__setitem__", &setitem)
+           },
+           nb::arg("key").none())
+      .def("__setitem__", &setitem, nb::arg("key").none(), nb::arg("value"))
       .def(
           "slice",
           [](PyArray& self, int axis, std::int64_t start, std::int64_t stop) {
@@ -333,7 +357,7 @@ void bind_array(nb::module_& m) {
         return wrap(allocate_like(std::move(t), dims, strides, order == "F", s), dt);
       },
       nb::arg("shape"), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
-      nb::arg("strides") = nb::none(), nb::arg("order") = "C", nb::arg("stream") = 0,
+      nb::arg("strides") = nb::none(), nb::arg("order") = "C", nb::arg("stream").none() = 0,
       "A new uninitialized device array; `stream` becomes its default stream.");
   m.def(
       "device_array_like",
@@ -351,7 +375,7 @@ void bind_array(nb::module_& m) {
                                    dims_from_python(shape, "shape"), fortran, s),
                     dt);
       },
-      nb::arg("ary"), nb::arg("stream") = 0);
+      nb::arg("ary"), nb::arg("stream").none() = 0);
   m.def(
       "to_device",
       [](nb::handle obj, nb::handle stream) {
@@ -372,7 +396,7 @@ void bind_array(nb::module_& m) {
         }
         return wrap(std::move(v), dt);
       },
-      nb::arg("obj"), nb::arg("stream") = 0,
+      nb::arg("obj"), nb::arg("stream").none() = 0,
       "Copies a host array (anything NumPy reads) to a new device array on `stream`.");
 
   m.def(

@@ -148,15 +148,15 @@ void bind_device(nb::module_& m) {
             auto s = stream_arg(stream, "Event.record()", library_default_stream());
             backend().event_record(e.event->handle(), s.handle);
           },
-          nb::arg("stream") = 0, "Records the event on `stream` (0: the default stream).")
+          nb::arg("stream").none() = 0, "Records the event on `stream` (0: the default stream).")
       .def(
           "wait",
           [](const PyEvent& e, nb::handle stream) {
             auto s = stream_arg(stream, "Event.wait()", library_default_stream());
             backend().stream_wait_event(s.handle, e.event->handle());
           },
-          nb::arg("stream") = 0, "Makes later work on `stream` wait for this event; the host "
-                                 "does not block.")
+          nb::arg("stream").none() = 0,
+          "Makes later work on `stream` wait for this event; the host does not block.")
       .def("synchronize",
            [](const PyEvent& e) {
              nb::gil_scoped_release nogil;

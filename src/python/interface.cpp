@@ -98,8 +98,12 @@ void read_data(PyObject* o, InterfaceFields& f) {
                 std::string("data: pointer ") + nb::repr(p).c_str() +
                     " is not a valid address (expected an int in [0, 2**64))");
   }
-  if (!PyBool_Check(ro) && !PyLong_Check(ro))
-    throw_key_type_error("data[1]", type_name(ro), "a bool (the read-only flag)");
+  // numpy.bool_ is not an int subclass; producers written with NumPy may pass one.
+  if (!PyBool_Check(ro) && !PyLong_Check(ro)) {
+    const int np_bool = PyObject_IsInstance(ro, numpy_module().attr("bool_").ptr());
+    if (np_bool < 0) PyErr_Clear();
+    if (np_bool != 1) throw_key_type_error("data[1]", type_name(ro), "a bool (the read-only flag)");
+  }
   f.has_data = true;
   f.ptr = ptr;
   f.read_only = PyObject_IsTrue(ro) == 1;
@@ -111,7 +115,9 @@ std::shared_ptr<const void> keep_alive(nb::handle obj) {
   if (!obj.is_valid() || obj.is_none()) return nullptr;
   Py_INCREF(obj.ptr());
   return std::shared_ptr<const void>(obj.ptr(), [](const void* p) {
-    if (!Py_IsInitialized()) return;
+    // nb::is_alive(), not Py_IsInitialized(): the latter is already false while modules are
+    // torn down at exit, which leaked every imported producer (nanobind reported the leaks).
+    if (!nb::is_alive()) return;
     PyGILState_STATE st = PyGILState_Ensure();
     Py_DECREF(static_cast<PyObject*>(const_cast<void*>(p)));
     PyGILState_Release(st);

@@ -28,7 +28,7 @@ void bind_ops(nb::module_& m) {
         nb::gil_scoped_release nogil;
         copy(d, s, st);
       },
-      nb::arg("dst"), nb::arg("src"), nb::arg("stream") = 0,
+      nb::arg("dst"), nb::arg("src"), nb::arg("stream").none() = 0,
       "dst[...] = src; equal shapes and dtypes, any strides.");
   ops.def(
       "fill",
@@ -41,7 +41,7 @@ void bind_ops(nb::module_& m) {
         const auto st = op_stream(stream, d, "fill()");
         fill(d, raw.c_str(), st);
       },
-      nb::arg("arr"), nb::arg("value"), nb::arg("stream") = 0,
+      nb::arg("arr"), nb::arg("value"), nb::arg("stream").none() = 0,
       "Sets every element of arr to value (converted by NumPy's rules).");
   ops.def(
       "add",
@@ -53,7 +53,7 @@ void bind_ops(nb::module_& m) {
         nb::gil_scoped_release nogil;
         add(vo, va, vb, st);
       },
-      nb::arg("a"), nb::arg("b"), nb::arg("out"), nb::arg("stream") = 0,
+      nb::arg("a"), nb::arg("b"), nb::arg("out"), nb::arg("stream").none() = 0,
       "out = a + b elementwise; equal shapes and dtypes, any strides.");
 }
 

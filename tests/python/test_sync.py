@@ -1,0 +1,331 @@
+"""Issue 4, CAI v3 synchronization proven with the simulator's race detector.
+
+The simulator's streams are real worker threads; `cai.sim.delay(s, t)` makes stream s slow and
+its race detector raises cai.RaceError at the enqueue that completes a race between two
+unordered conflicting accesses from different streams. It is exact (it follows the ordering
+that streams, events and synchronizes create, not the clock), so these tests prove ordering
+without sleeping and without timing assertions: the delays only make a wrong ordering produce
+wrong data as well.
+
+Streams A (producer) and B (consumer) are non-blocking, so only events order them.
+"""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cai
+from helpers import Producer
+
+N = 4096
+SLOW = 1.0  # seconds; long enough that the producer is still busy when the host checks
+
+
+def slow_producer(A, B, delay):
+    """x on stream A, being written (3.0) on A after `delay`, exported with stream A; y (1.0)
+    and out on stream B. Everything before the delay is complete."""
+    x = cai.device_array(N, dtype=np.float32, stream=A)
+    cai.ops.fill(x, -1.0)
+    y = cai.device_array(N, dtype=np.float32, stream=B)
+    cai.ops.fill(y, 1.0)
+    out = cai.device_array(N, dtype=np.float32, stream=B)
+    cai.ops.fill(out, 0.0)
+    cai.synchronize()
+    cai.sim.delay(A, delay)
+    cai.ops.fill(x, 3.0)  # on x's stream, A
+    assert x.__cuda_array_interface__["stream"] == A.handle
+    return A, B, x, y, out
+
+
+@pytest.fixture
+def setup(streams):
+    """A slow producer (SLOW / 2: the host checks that A is still busy)."""
+    return slow_producer(*streams, SLOW / 2)
+
+
+@pytest.fixture
+def racy(streams):
+    """The same pattern for tests that expect a RaceError: the race detector does not
+    depend on the clock, so the delay only has to exist."""
+    return slow_producer(*streams, 0.05)
+
+
+def test_race_detector_is_on(streams):
+    # Two unordered writes from different streams: the second enqueue raises.
+    A, B = streams
+    a = cai.device_array(N, dtype=np.float32, stream=A)
+    cai.synchronize()
+    cai.sim.delay(A, 0.2)
+    cai.ops.fill(a, 1.0, stream=A)
+    unordered = cai.from_cuda_array_interface(a.__cuda_array_interface__, sync=False)
+    with pytest.raises(cai.RaceError, match="race"):
+        cai.ops.fill(unordered, 2.0, stream=B)
+    assert cai.sim.race_detection()
+
+
+def test_slow_producer_consumer_on_another_stream(streams):
+    A, B, x, y, out = slow_producer(*streams, SLOW)
+    p = Producer(x)
+    imported = cai.as_cuda_array(p)
+    # The imported array's default stream is the producer's stream.
+    assert imported.stream == A
+    assert imported.__cuda_array_interface__["stream"] == A.handle
+    cai.ops.add(imported, y, out, stream=B)  # no RaceError: B waits for an event on A
+    # The host did not block: the producer is still delayed after the import and enqueue.
+    assert not A.query()
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 4.0, np.float32))
+
+
+def test_slow_producer_from_cuda_array_interface(setup):
+    A, B, x, y, out = setup
+    imported = cai.from_cuda_array_interface(x.__cuda_array_interface__, owner=x)
+    cai.ops.add(imported, y, out, stream=B)
+    assert not A.query()
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 4.0, np.float32))
+
+
+def test_slow_producer_consumer_default_stream_is_outs(setup):
+    # stream=0: the op runs on the stream of the array it writes (B here).
+    A, B, x, y, out = setup
+    cai.ops.add(cai.as_cuda_array(Producer(x)), y, out)
+    assert not A.query()
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 4.0, np.float32))
+
+
+def test_slow_producer_consumer_on_the_producers_stream(setup):
+    # Work on the producer's own stream needs no event: stream order is enough.
+    A, B, x, y, out = setup
+    imported = cai.as_cuda_array(Producer(x))
+    cai.ops.copy(imported[: N // 2], imported[N // 2:], stream=A)
+    assert not A.query()
+    np.testing.assert_array_equal(imported.copy_to_host(), np.full(N, 3.0, np.float32))
+
+
+@pytest.mark.parametrize("how", ["copy", "copy_to_host", "setitem from", "copy_to_device from"])
+def test_other_consumers_honour_the_stream(setup, how):
+    A, B, x, y, out = setup
+    imported = cai.as_cuda_array(Producer(x))
+    if how == "copy":
+        cai.ops.copy(out, imported, stream=B)
+        result = out.copy_to_host()
+    elif how == "copy_to_host":
+        result = imported.copy_to_host()
+    elif how == "setitem from":
+        out[...] = imported  # on out's stream B
+        result = out.copy_to_host()
+    else:
+        out.copy_to_device(imported)
+        result = out.copy_to_host()
+    np.testing.assert_array_equal(result, np.full(N, 3.0, np.float32))
+
+
+def test_sync_false_races(racy):
+    A, B, x, y, out = racy
+    imported = cai.as_cuda_array(Producer(x), sync=False)
+    assert imported.stream is None
+    with pytest.raises(cai.RaceError):
+        cai.ops.add(imported, y, out, stream=B)
+
+
+def test_sync_false_from_cuda_array_interface_races(racy):
+    A, B, x, y, out = racy
+    imported = cai.from_cuda_array_interface(x.__cuda_array_interface__, owner=x, sync=False)
+    with pytest.raises(cai.RaceError):
+        cai.ops.add(imported, y, out, stream=B)
+
+
+def test_config_off_races(racy):
+    A, B, x, y, out = racy
+    cai.config.CUDA_ARRAY_INTERFACE_SYNC = False
+    assert cai.config.CUDA_ARRAY_INTERFACE_SYNC is False
+    imported = cai.as_cuda_array(Producer(x))  # sync=True, but the switch is off
+    assert imported.stream is None
+    with pytest.raises(cai.RaceError):
+        cai.ops.add(imported, y, out, stream=B)
+
+
+def test_config_switch_is_read_at_import_time(setup):
+    A, B, x, y, out = setup
+    imported = cai.as_cuda_array(Producer(x))
+    cai.config.CUDA_ARRAY_INTERFACE_SYNC = False
+    cai.ops.add(imported, y, out, stream=B)  # imported while on: still ordered
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 4.0, np.float32))
+
+
+@pytest.mark.parametrize("value,expected", [("0", False), ("1", True), ("", True), (None, True)])
+def test_config_default_comes_from_the_environment(value, expected):
+    import os
+    env = {k: v for k, v in os.environ.items() if k != "CAI_CUDA_ARRAY_INTERFACE_SYNC"}
+    if value is not None:
+        env["CAI_CUDA_ARRAY_INTERFACE_SYNC"] = value
+    env["CAI_BACKEND"] = "sim"
+    r = subprocess.run([sys.executable, "-c",
+                        "import cai; print(cai.config.CUDA_ARRAY_INTERFACE_SYNC)"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(expected)
+
+
+def test_later_producer_work_cannot_overtake_the_consumer(streams):
+    A, B = streams
+    x = cai.device_array(N, dtype=np.float32, stream=A)
+    cai.ops.fill(x, 2.0)
+    y = cai.device_array(N, dtype=np.float32, stream=B)
+    cai.ops.fill(y, 1.0)
+    out = cai.device_array(N, dtype=np.float32, stream=B)
+    cai.synchronize()
+    cai.sim.delay(B, 0.3)  # the consumer is slow
+    imported = cai.as_cuda_array(Producer(x))
+    cai.ops.add(imported, y, out, stream=B)  # reads x on B
+    cai.ops.fill(x, 100.0, stream=A)  # the producer writes x on A: no RaceError, A waited for B
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 3.0, np.float32))
+    np.testing.assert_array_equal(x.copy_to_host(), np.full(N, 100.0, np.float32))
+
+
+def test_later_producer_work_overtakes_without_sync(streams):
+    A, B = streams
+    x = cai.device_array(N, dtype=np.float32, stream=A)
+    cai.ops.fill(x, 2.0)
+    y = cai.device_array(N, dtype=np.float32, stream=B)
+    out = cai.device_array(N, dtype=np.float32, stream=B)
+    cai.synchronize()
+    cai.sim.delay(B, 0.3)
+    imported = cai.as_cuda_array(Producer(x), sync=False)
+    cai.ops.add(imported, y, out, stream=B)  # nothing orders A and B
+    with pytest.raises(cai.RaceError):
+        cai.ops.fill(x, 100.0, stream=A)
+
+
+def test_producer_with_work_on_several_streams_exports_one_stream(streams):
+    """Producer rule: x's default stream is A, but a write is pending on C; the export names
+    A only, and A was made to wait for C, so a consumer that waits for A alone is safe."""
+    A, B = streams
+    C = cai.stream(non_blocking=True)
+    x = cai.device_array(N, dtype=np.float32, stream=A)
+    y = cai.device_array(N, dtype=np.float32, stream=B)
+    cai.ops.fill(y, 1.0)
+    out = cai.device_array(N, dtype=np.float32, stream=B)
+    cai.synchronize()
+    cai.sim.delay(C, SLOW)
+    cai.ops.fill(x, 5.0, stream=C)
+    assert x.__cuda_array_interface__["stream"] == A.handle
+    imported = cai.as_cuda_array(Producer(x))
+    cai.ops.add(imported, y, out, stream=B)
+    assert not C.query()
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 6.0, np.float32))
+
+
+def test_producer_with_work_on_several_streams_races_without_sync(streams):
+    A, B = streams
+    C = cai.stream(non_blocking=True)
+    x = cai.device_array(N, dtype=np.float32, stream=A)
+    y = cai.device_array(N, dtype=np.float32, stream=B)
+    out = cai.device_array(N, dtype=np.float32, stream=B)
+    cai.synchronize()
+    cai.sim.delay(C, 0.2)
+    cai.ops.fill(x, 5.0, stream=C)
+    imported = cai.as_cuda_array(Producer(x), sync=False)
+    with pytest.raises(cai.RaceError):
+        cai.ops.add(imported, y, out, stream=B)
+
+
+def test_consumer_writes_are_ordered_before_producer_reads(streams):
+    # The consumer writes the producer's memory on B; the producer later reads it on A.
+    A, B = streams
+    x = cai.device_array(N, dtype=np.float32, stream=A)
+    cai.ops.fill(x, 0.0)
+    z = cai.device_array(N, dtype=np.float32, stream=A)
+    cai.synchronize()
+    imported = cai.as_cuda_array(Producer(x))
+    cai.sim.delay(B, 0.3)
+    cai.ops.fill(imported, 7.0, stream=B)
+    cai.ops.copy(z, x, stream=A)  # reads x on A after B's write: ordered
+    np.testing.assert_array_equal(z.copy_to_host(), np.full(N, 7.0, np.float32))
+
+
+def test_two_imports_of_one_producer_stream(setup):
+    A, B, x, y, out = setup
+    first = cai.as_cuda_array(Producer(x[: N // 2]))
+    second = cai.as_cuda_array(Producer(x[N // 2:]))
+    cai.ops.add(first, second, out[: N // 2], stream=B)
+    np.testing.assert_array_equal(out[: N // 2].copy_to_host(), np.full(N // 2, 6.0, np.float32))
+
+
+def test_event_api_orders_streams_like_the_v3_example(streams):
+    # The CAI v3 document's second example: a kernel on a stream that is not the array's
+    # default stream, made safe with an event, by hand.
+    A, B = streams
+    x = cai.device_array(N, dtype=np.float32, stream=A)
+    cai.synchronize()
+    cai.sim.delay(A, 0.3)
+    cai.ops.fill(x, 9.0, stream=A)
+    imported = cai.as_cuda_array(Producer(x), sync=False)
+    out = cai.device_array(N, dtype=np.float32, stream=B)
+    ev = cai.event()
+    ev.record(A)
+    ev.wait(B)
+    assert not A.query()
+    cai.ops.copy(out, imported, stream=B)
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 9.0, np.float32))
+
+
+# --------------------------------------------------------------------------- the waits enqueued
+
+@pytest.fixture
+def trace():
+    """The stream waits cai enqueues, as lines 'X waits for an event recorded on Y'."""
+    from cai import _cai
+    _cai._take_trace()
+    _cai._set_trace(True)
+    try:
+        yield _cai._take_trace
+    finally:
+        _cai._set_trace(False)
+        _cai._take_trace()
+
+
+def name(stream):
+    return f"stream {stream.handle:#x}"
+
+
+def test_waits_before_and_after_the_consumer(setup, trace):
+    A, B, x, y, out = setup
+    trace()
+    imported = cai.as_cuda_array(Producer(x))
+    assert trace() == []  # importing enqueues nothing
+    cai.ops.add(imported, y, out, stream=B)
+    lines = trace()
+    assert f"{name(B)} waits for an event recorded on {name(A)}" in lines  # before
+    assert f"{name(A)} waits for an event recorded on {name(B)}" in lines  # after
+    assert len(lines) == 2  # y and out are already on B
+
+
+def test_no_wait_on_the_same_stream(setup, trace):
+    A, B, x, y, out = setup
+    imported = cai.as_cuda_array(Producer(x))
+    trace()
+    cai.ops.copy(imported[: N // 2], imported[N // 2:], stream=A)
+    cai.ops.fill(imported, 1.0)  # stream=0: the imported array's stream, A
+    assert trace() == []
+
+
+def test_no_wait_without_sync(racy, trace):
+    A, B, x, y, out = racy
+    imported = cai.as_cuda_array(Producer(x), sync=False)
+    trace()
+    with pytest.raises(cai.RaceError):
+        cai.ops.add(imported, y, out, stream=B)
+    assert not any(name(A) in line for line in trace())
+
+
+def test_one_wait_per_producer_stream(setup, trace):
+    A, B, x, y, out = setup
+    first = cai.as_cuda_array(Producer(x[: N // 2]))
+    second = cai.as_cuda_array(Producer(x[N // 2:]))
+    trace()
+    cai.ops.add(first, second, out[: N // 2], stream=B)
+    lines = trace()
+    assert lines.count(f"{name(B)} waits for an event recorded on {name(A)}") == 1
+    assert lines.count(f"{name(A)} waits for an event recorded on {name(B)}") == 1
