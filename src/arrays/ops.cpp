@@ -105,7 +105,7 @@ void copy(const View& dst, const View& src, const sync::StreamRef& stream) {
   require_no_mask(src, entry, "src");
   require_same_shape(dst, src, entry, "dst", "src");
   require_same_dtype(dst, src, entry, "dst", "src");
-  if (dst.size() == 0) return;
+  if (dst.layout().nbytes() == 0) return;
   auto& backend = device::backend();
   const auto itemsize = static_cast<std::size_t>(dst.dtype().itemsize());
   sync::StreamOrder order(backend, stream);
@@ -131,7 +131,7 @@ void fill(const View& dst, const void* value, const sync::StreamRef& stream) {
   constexpr const char* entry = "fill()";
   dst.require_writable(entry, "dst");
   require_no_mask(dst, entry, "dst");
-  if (dst.size() == 0) return;
+  if (dst.layout().nbytes() == 0) return;
   auto& backend = device::backend();
   sync::StreamOrder order(backend, stream);
   order.add(*dst.sync());
@@ -164,7 +164,7 @@ void add(const View& out, const View& a, const View& b, const sync::StreamRef& s
 void copy_from_host(const View& dst, const void* host, const sync::StreamRef& stream) {
   constexpr const char* entry = "copy_to_device()";
   dst.require_writable(entry, "the destination");
-  if (dst.size() == 0) return;
+  if (dst.layout().nbytes() == 0) return;
   auto& backend = device::backend();
   const auto itemsize = dst.dtype().itemsize();
   const Dims host_strides = Layout::c_strides(dst.shape(), itemsize);
@@ -179,7 +179,7 @@ void copy_from_host(const View& dst, const void* host, const sync::StreamRef& st
 }
 
 void copy_to_host(void* host, const View& src, const sync::StreamRef& stream) {
-  if (src.size() == 0) return;
+  if (src.layout().nbytes() == 0) return;
   auto& backend = device::backend();
   const auto itemsize = src.dtype().itemsize();
   const Dims host_strides = Layout::c_strides(src.shape(), itemsize);

@@ -129,10 +129,11 @@ Interface validate_interface(const InterfaceFields& f, TypestrOptions options) {
     }
     out.ptr = 0;  // v0/v1 left it unspecified
   } else {
-    if (f.ptr == 0) {
+    // Elements of item size 0 ('S0', 'V0') occupy no bytes: nothing is dereferenced.
+    if (f.ptr == 0 && out.layout.nbytes() != 0) {
       fail(Errc::value_error, "data: pointer 0 for an array of shape " + format_dims(f.shape) +
                                   " with " + to_string(out.layout.size()) +
-                                  " elements; only a zero-size array may have a null pointer");
+                                  " elements; only an array of no bytes may have a null pointer");
     }
     out.ptr = f.ptr;
   }

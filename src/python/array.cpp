@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cai/arrays/ops.h"
+#include "cai/core/dlpack.h"
 #include "cai/core/error.h"
 #include "python/array.h"
 
@@ -100,8 +101,13 @@ void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& str
   copy_from_host(dst, buffer_ptr(host), stream);
 }
 
+// A GPU array: ours, one with the CAI, or a DLPack producer whose data is CUDA memory.
 bool is_device_value(nb::handle value) {
-  return as_py_array(value) || nb::hasattr(value, "__cuda_array_interface__");
+  if (as_py_array(value) || nb::hasattr(value, "__cuda_array_interface__")) return true;
+  if (!nb::hasattr(value, "__dlpack__") || !nb::hasattr(value, "__dlpack_device__")) return false;
+  nb::object dev = value.attr("__dlpack_device__")();
+  const int type = nb::cast<int>(dev[0]);
+  return type == kDLCUDA || type == kDLCUDAHost || type == kDLCUDAManaged;
 }
 
 View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle strides,
@@ -218,7 +224,8 @@ static nb::object copy_to_host_impl(PyArray& self, nb::handle ary, nb::handle st
   nb::object dt = array_dtype(self);
   nb::object target;
   if (ary.is_none()) {
-    target = np().attr("empty")(to_tuple(v.shape()), dt);
+    // NumPy stores no item size 0 ('S0' becomes 'S1'): zeros, since no byte is copied then.
+    target = np().attr(v.layout().nbytes() == 0 ? "zeros" : "empty")(to_tuple(v.shape()), dt);
   } else {
     target = nb::borrow(ary);
     if (!nb::cast<bool>(np().attr("array_equal")(target.attr("shape"), to_tuple(v.shape()))))
@@ -362,6 +369,13 @@ void bind_array(nb::module_& m) {
   m.def(
       "device_array_like",
       [](nb::handle ary, nb::handle stream) {
+        auto s = stream_arg(stream, "device_array_like()", library_default_stream());
+        if (!as_py_array(ary) && is_device_value(ary)) {
+          // A foreign GPU array: its interface says shape, dtype and order.
+          const View like = import_view(ary, false, "device_array_like()");
+          const bool f = !like.layout().is_c_contiguous() && like.layout().is_f_contiguous();
+          return wrap(View::allocate(like.dtype(), like.shape(), f, s));
+        }
         nb::object shape = ary.attr("shape");
         nb::object dt = np().attr("dtype")(ary.attr("dtype"));
         bool fortran = false;
@@ -370,7 +384,6 @@ void bind_array(nb::module_& m) {
         else if (nb::hasattr(ary, "flags"))
           fortran = !nb::cast<bool>(ary.attr("flags").attr("c_contiguous")) &&
                     nb::cast<bool>(ary.attr("flags").attr("f_contiguous"));
-        auto s = stream_arg(stream, "device_array_like()", library_default_stream());
         return wrap(View::allocate(dtype_from_numpy(dt, "device_array_like()"),
                                    dims_from_python(shape, "shape"), fortran, s),
                     dt);
@@ -379,11 +392,19 @@ void bind_array(nb::module_& m) {
   m.def(
       "to_device",
       [](nb::handle obj, nb::handle stream) {
+        auto s = stream_arg(stream, "to_device()", library_default_stream());
+        if (is_device_value(obj)) {
+          // Already on the device: a device-to-device copy, stream-ordered like any op.
+          const View src = import_view(obj, true, "to_device()");
+          const bool f = !src.layout().is_c_contiguous() && src.layout().is_f_contiguous();
+          View dst = View::allocate(src.dtype(), src.shape(), f, s);
+          copy(dst, src, s);
+          return wrap(std::move(dst));
+        }
         nb::object arr = np().attr("asarray")(obj);
         nb::object dt = arr.attr("dtype");
         const bool fortran = !nb::cast<bool>(arr.attr("flags").attr("c_contiguous")) &&
                              nb::cast<bool>(arr.attr("flags").attr("f_contiguous"));
-        auto s = stream_arg(stream, "to_device()", library_default_stream());
         View v = View::allocate(dtype_from_numpy(dt, "to_device()"),
                                 dims_from_python(arr.attr("shape"), "shape"), fortran, s);
         // The device copy is C or F ordered like the source; the host side is C ordered.

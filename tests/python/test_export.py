@@ -244,10 +244,6 @@ def test_export_is_valid_for_the_core():
         assert core.validate(d) == d
 
 
-@pytest.mark.xfail(strict=True, reason="core/arrays bug: an item size of 0 (S0, V0, U0) with a "
-                   "non-empty shape is exported with pointer 0, which validate_interface then "
-                   "rejects ('only a zero-size array may have a null pointer'), and copy_to_host "
-                   "fails with 'copy_strided_async(): itemsize is 0'; such an array holds 0 bytes")
 def test_item_size_zero_arrays_export_import_and_copy():
     a = cai.device_array((3, 2), dtype="S0")
     assert a.nbytes == 0
