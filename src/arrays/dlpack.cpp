@@ -32,8 +32,8 @@ ExportCtx<Managed>* make_export(const View& v, const char* entry) {
   try {
     ctx->strides = v.layout().element_strides();
   } catch (const Error& e) {
-    throw_error(Errc::buffer_error, std::string(entry) + ": " + e.what() +
-                                        " (DLPack strides count elements)");
+    throw_error(Errc::buffer_error,
+                std::string(entry) + ": " + e.what() + " (DLPack strides count elements)");
   }
   DLTensor& t = ctx->managed.dl_tensor;
   t.data = reinterpret_cast<void*>(v.ptr());
@@ -60,8 +60,8 @@ View view_of(const DLTensor& t, bool readonly, std::shared_ptr<const void> owner
     throw_error(Errc::buffer_error, std::string(entry) + ": ndim " + std::to_string(t.ndim) +
                                         " is out of range [0, " + std::to_string(max_ndim) + "]");
   if (t.ndim > 0 && !t.shape)
-    throw_error(Errc::buffer_error, std::string(entry) + ": shape is NULL with ndim " +
-                                        std::to_string(t.ndim));
+    throw_error(Errc::buffer_error,
+                std::string(entry) + ": shape is NULL with ndim " + std::to_string(t.ndim));
   DType dtype;
   try {
     dtype = DType::from_dlpack(t.dtype);
@@ -89,7 +89,8 @@ View view_of(const DLTensor& t, bool readonly, std::shared_ptr<const void> owner
                                           "] is negative (" + std::to_string(shape[i]) + ")");
   Layout layout(std::move(shape), std::move(strides), itemsize);
   std::uint64_t ptr = reinterpret_cast<std::uint64_t>(t.data) + t.byte_offset;
-  if (layout.size() == 0) ptr = 0;
+  if (layout.size() == 0)
+    ptr = 0;
   else if (ptr == 0)
     throw_error(Errc::buffer_error, std::string(entry) + ": data is NULL for a tensor of " +
                                         std::to_string(layout.size()) + " elements");

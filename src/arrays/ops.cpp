@@ -39,12 +39,14 @@ void require_same_shape(const View& a, const View& b, const char* entry, const c
 void require_same_dtype(const View& a, const View& b, const char* entry, const char* an,
                         const char* bn) {
   if (!(a.dtype() == b.dtype()))
-    throw_error(Errc::type_error, std::string(entry) + ": " + an + " has dtype " +
-                                      a.dtype().str() + " but " + bn + " has dtype " +
-                                      b.dtype().str() + "; the dtypes must be equal");
+    throw_error(Errc::type_error, std::string(entry) + ": " + an + " has dtype " + a.dtype().str() +
+                                      " but " + bn + " has dtype " + b.dtype().str() +
+                                      "; the dtypes must be equal");
 }
 
-Operand operand(const View& v) { return {v.ptr(), v.strides()}; }
+Operand operand(const View& v) {
+  return {v.ptr(), v.strides()};
+}
 
 // True when the bytes of a and b may intersect (their extents overlap).
 bool may_share_memory(const View& a, const View& b) {
@@ -111,8 +113,8 @@ void copy(const View& dst, const View& src, const sync::StreamRef& stream) {
   sync::StreamOrder order(backend, stream);
   order.add(*dst.sync());
   order.add(*src.sync());
-  if (may_share_memory(dst, src) && !(dst.ptr() == src.ptr() && std::ranges::equal(
-                                                                     dst.strides(), src.strides()))) {
+  if (may_share_memory(dst, src) &&
+      !(dst.ptr() == src.ptr() && std::ranges::equal(dst.strides(), src.strides()))) {
     // Stage through a temporary so that an overlapping copy reads every source element
     // before any is overwritten, as NumPy's assignment does.
     View tmp = View::allocate(src.dtype(), src.shape(), false, stream);

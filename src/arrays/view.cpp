@@ -20,14 +20,13 @@ DeviceBuffer::~DeviceBuffer() {
 View View::allocate(DType dtype, std::span<const std::int64_t> shape, bool fortran_order,
                     sync::StreamRef stream, device::MemoryKind kind) {
   const std::int64_t itemsize = dtype.itemsize();
-  Layout layout = fortran_order ? Layout::f_contiguous(shape, itemsize)
-                                : Layout::c_contiguous(shape, itemsize);
+  Layout layout =
+      fortran_order ? Layout::f_contiguous(shape, itemsize) : Layout::c_contiguous(shape, itemsize);
   auto state = std::make_shared<sync::SyncState>(std::move(stream));
   if (layout.size() == 0) return View(0, std::move(dtype), std::move(layout), false, state, {});
   auto buffer = std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(layout.nbytes()));
   const std::uint64_t ptr = buffer->ptr();
-  return View(ptr, std::move(dtype), std::move(layout), false, std::move(state),
-              std::move(buffer));
+  return View(ptr, std::move(dtype), std::move(layout), false, std::move(state), std::move(buffer));
 }
 
 View View::derive(const Layout::Sliced& s) const {

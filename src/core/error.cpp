@@ -2,6 +2,8 @@
 
 namespace cai {
 
-void throw_error(Errc code, std::string message) { throw Error(code, std::move(message)); }
+void throw_error(Errc code, std::string message) {
+  throw Error(code, std::move(message));
+}
 
 }  // namespace cai

@@ -30,7 +30,9 @@ namespace {
 std::atomic<Backend*> g_adopted{nullptr};
 }  // namespace
 
-void adopt_backend(Backend* shared) noexcept { g_adopted.store(shared, std::memory_order_release); }
+void adopt_backend(Backend* shared) noexcept {
+  g_adopted.store(shared, std::memory_order_release);
+}
 
 Backend& backend() {
   if (Backend* shared = g_adopted.load(std::memory_order_acquire)) return *shared;

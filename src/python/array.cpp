@@ -16,7 +16,9 @@ namespace {
 
 nb::handle g_array_type;
 
-nb::object np() { return numpy_module(); }
+nb::object np() {
+  return numpy_module();
+}
 
 // An index or slice bound as int64; Python ints beyond int64 are clamped, as Python's own
 // slicing does, so a huge index is out of range (IndexError) and a huge bound is clamped.
@@ -35,13 +37,13 @@ IndexItem index_item(nb::handle o) {
       if (v.is_none()) return std::nullopt;
       if (!PyIndex_Check(v.ptr()))
         throw_error(Errc::type_error, std::string("__getitem__: slice ") + name +
-                                          " must be an int or None, got " + nb::inst_name(v).c_str());
+                                          " must be an int or None, got " +
+                                          nb::inst_name(v).c_str());
       return clamped_index(v);
     };
     return IndexItem::range(part("start"), part("stop"), part("step"));
   }
-  if (!PyBool_Check(o.ptr()) && PyIndex_Check(o.ptr()))
-    return IndexItem::at(clamped_index(o));
+  if (!PyBool_Check(o.ptr()) && PyIndex_Check(o.ptr())) return IndexItem::at(clamped_index(o));
   throw_error(Errc::type_error, std::string("__getitem__: only integers, slices, None and ... are "
                                             "supported (basic indexing gives views); got ") +
                                     nb::inst_name(o).c_str());
@@ -92,8 +94,7 @@ nb::object host_array(nb::handle value, const View& like) {
 }
 
 const void* buffer_ptr(nb::handle arr) {
-  return reinterpret_cast<const void*>(
-      nb::cast<std::uintptr_t>(arr.attr("ctypes").attr("data")));
+  return reinterpret_cast<const void*>(nb::cast<std::uintptr_t>(arr.attr("ctypes").attr("data")));
 }
 
 void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream) {
@@ -117,8 +118,9 @@ View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle 
   Dims st = dims_from_python(strides, "strides");
   Layout layout(Dims(shape), std::move(st), dtype.itemsize());
   if (layout.may_overlap())
-    throw_error(Errc::value_error, "device_array(): strides make elements overlap; each element "
-                                   "must have its own bytes");
+    throw_error(Errc::value_error,
+                "device_array(): strides make elements overlap; each element "
+                "must have its own bytes");
   const auto ext = layout.extent();
   if (layout.size() == 0)
     return View(0, std::move(dtype), std::move(layout), false,
@@ -189,8 +191,7 @@ DType dtype_from_numpy(nb::handle dtype_like, const char* entry) {
   if (nb::cast<bool>(dt.attr("hasobject")))
     throw_error(Errc::type_error, std::string(entry) + ": dtype " + nb::repr(dt).c_str() +
                                       " holds Python objects, which cannot live in device memory");
-  if (!dt.attr("fields").is_none())
-    return DType::from_descr(descr_from_python(dt.attr("descr")));
+  if (!dt.attr("fields").is_none()) return DType::from_descr(descr_from_python(dt.attr("descr")));
   return DType::from_typestr(nb::cast<std::string>(dt.attr("str")));
 }
 
@@ -278,15 +279,17 @@ void bind_array(nb::module_& m) {
       "on streams as CAI v3 requires.");
   g_array_type = cls;
   cls.def_prop_ro("shape", [](const PyArray& a) { return to_tuple(a.view.shape()); })
-      .def_prop_ro("strides", [](const PyArray& a) { return to_tuple(a.view.strides()); },
-                   "Byte strides, as NumPy gives them.")
+      .def_prop_ro(
+          "strides", [](const PyArray& a) { return to_tuple(a.view.strides()); },
+          "Byte strides, as NumPy gives them.")
       .def_prop_ro("dtype", [](PyArray& a) { return array_dtype(a); })
       .def_prop_ro("ndim", [](const PyArray& a) { return a.view.ndim(); })
       .def_prop_ro("size", [](const PyArray& a) { return a.view.size(); })
       .def_prop_ro("itemsize", [](const PyArray& a) { return a.view.dtype().itemsize(); })
       .def_prop_ro("nbytes", [](const PyArray& a) { return a.view.layout().nbytes(); })
-      .def_prop_ro("ptr", [](const PyArray& a) { return a.view.ptr(); },
-                   "Address of the first element (0 for a zero-size array).")
+      .def_prop_ro(
+          "ptr", [](const PyArray& a) { return a.view.ptr(); },
+          "Address of the first element (0 for a zero-size array).")
       .def_prop_ro("readonly", [](const PyArray& a) { return a.view.readonly(); })
       .def_prop_ro(
           "stream",
@@ -328,11 +331,12 @@ void bind_array(nb::module_& m) {
           },
           nb::arg("obj"), nb::arg("stream").none() = 0,
           "Copies a host array (anything NumPy reads) or a device array into this array.")
-      .def("__getitem__",
-           [](PyArray& self, nb::handle key) {
-             return wrap(index_view(self.view, key), self.np_dtype);
-           },
-           nb::arg("key").none())
+      .def(
+          "__getitem__",
+          [](PyArray& self, nb::handle key) {
+            return wrap(index_view(self.view, key), self.np_dtype);
+          },
+          nb::arg("key").none())
       .def("__setitem__", &setitem, nb::arg("key").none(), nb::arg("value"))
       .def(
           "slice",
@@ -345,8 +349,8 @@ void bind_array(nb::module_& m) {
       .def("transpose", [](PyArray& self) { return wrap(self.view.transpose(), self.np_dtype); })
       .def_prop_ro("T", [](PyArray& self) { return wrap(self.view.transpose(), self.np_dtype); })
       .def("__repr__", [](PyArray& self) {
-        return "<cai.DeviceNDArray shape=" + shape_repr(self.view.shape()) + " dtype=" +
-               std::string(nb::str(array_dtype(self)).c_str()) +
+        return "<cai.DeviceNDArray shape=" + shape_repr(self.view.shape()) +
+               " dtype=" + std::string(nb::str(array_dtype(self)).c_str()) +
                (self.view.readonly() ? " readonly" : "") + ">";
       });
 
@@ -355,8 +359,8 @@ void bind_array(nb::module_& m) {
       [](nb::handle shape, nb::handle dtype, nb::handle strides, const std::string& order,
          nb::handle stream) {
         if (order != "C" && order != "F")
-          throw_error(Errc::value_error, "device_array(): order must be 'C' or 'F', got '" +
-                                             order + "'");
+          throw_error(Errc::value_error,
+                      "device_array(): order must be 'C' or 'F', got '" + order + "'");
         const Dims dims = dims_from_python(shape, "shape");
         nb::object dt = np().attr("dtype")(dtype);
         DType t = dtype_from_numpy(dt, "device_array()");
@@ -438,7 +442,8 @@ void bind_array(nb::module_& m) {
       nb::arg("desc"), nb::arg("owner") = nb::none(), nb::arg("sync") = true,
       "A DeviceNDArray from a CAI dict; keeps `owner` alive if given.");
   m.def(
-      "is_cuda_array", [](nb::handle obj) {
+      "is_cuda_array",
+      [](nb::handle obj) {
         return as_py_array(obj) != nullptr || nb::hasattr(obj, "__cuda_array_interface__");
       },
       nb::arg("obj"));

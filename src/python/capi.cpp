@@ -42,9 +42,10 @@ int capi_wrap_view(const View* view, PyObject** out) {
 }  // namespace
 
 void bind_capi(nb::module_& m) {
-  static const CApi table{CAI_CAPI_VERSION, CAI_CAPI_ABI_TAG,  &capi_backend,
+  static const CApi table{CAI_CAPI_VERSION,  CAI_CAPI_ABI_TAG,  &capi_backend,
                           &capi_import_view, &capi_read_stream, &capi_wrap_view};
-  m.attr("_C_API") = nb::steal(PyCapsule_New(const_cast<CApi*>(&table), "cai._cai._C_API", nullptr));
+  m.attr("_C_API") =
+      nb::steal(PyCapsule_New(const_cast<CApi*>(&table), "cai._cai._C_API", nullptr));
 }
 
 }  // namespace cai::python

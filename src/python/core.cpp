@@ -40,7 +40,8 @@ void bind_core(nb::module_& m) {
       },
       nb::arg("typestr"), nb::arg("v2_as_bfloat16") = false);
   core.def(
-      "parse_descr", [](nb::handle descr) { return dtype_facts(DType::from_descr(descr_from_python(descr))); },
+      "parse_descr",
+      [](nb::handle descr) { return dtype_facts(DType::from_descr(descr_from_python(descr))); },
       nb::arg("descr"));
   core.def(
       "layout_facts",

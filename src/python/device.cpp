@@ -18,7 +18,9 @@ using device::StreamHandle;
 
 namespace {
 
-nb::object named_stream(StreamHandle h) { return nb::cast(PyStream{{h, nullptr}, false}); }
+nb::object named_stream(StreamHandle h) {
+  return nb::cast(PyStream{{h, nullptr}, false});
+}
 
 std::string handle_repr(StreamHandle h) {
   if (h == device::kLegacyDefaultStream) return "<cai.Stream legacy default (1)>";
@@ -30,9 +32,10 @@ std::string handle_repr(StreamHandle h) {
 
 StreamHandle int_handle(nb::handle obj, const char* entry) {
   if (PyBool_Check(obj.ptr()))
-    throw_error(Errc::type_error, std::string(entry) + ": stream=: expected a cai.Stream, an int "
-                                                       "handle or an object with __cuda_stream__, "
-                                                       "got bool");
+    throw_error(Errc::type_error, std::string(entry) +
+                                      ": stream=: expected a cai.Stream, an int "
+                                      "handle or an object with __cuda_stream__, "
+                                      "got bool");
   PyObject* o = obj.ptr();
   int overflow = 0;
   const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
@@ -50,11 +53,13 @@ StreamHandle int_handle(nb::handle obj, const char* entry) {
 
 }  // namespace
 
-sync::StreamRef library_default_stream() { return {device::kLegacyDefaultStream, nullptr}; }
+sync::StreamRef library_default_stream() {
+  return {device::kLegacyDefaultStream, nullptr};
+}
 
 sync::StreamRef stream_arg(nb::handle obj, const char* entry, const sync::StreamRef& fallback) {
   if (obj.is_none()) return fallback;
-  if (PyStream* s; nb::try_cast<PyStream*>(obj, s) && s) return s->ref();
+  if (PyStream * s; nb::try_cast<PyStream*>(obj, s) && s) return s->ref();
   if (PyLong_Check(obj.ptr())) {
     const StreamHandle h = int_handle(obj, entry);
     if (h == 0) return fallback;
@@ -74,11 +79,10 @@ sync::StreamRef stream_arg(nb::handle obj, const char* entry, const sync::Stream
                                          ": stream=: __cuda_stream__() returned handle 0, which "
                                          "is ambiguous; a producer must use 1 or 2");
     // Keep the foreign stream object alive as long as we use its handle.
-    auto owner = std::shared_ptr<const void>(
-        new nb::object(nb::borrow(obj)), [](const void* p) {
-          nb::gil_scoped_acquire gil;
-          delete static_cast<const nb::object*>(p);
-        });
+    auto owner = std::shared_ptr<const void>(new nb::object(nb::borrow(obj)), [](const void* p) {
+      nb::gil_scoped_acquire gil;
+      delete static_cast<const nb::object*>(p);
+    });
     return {h, std::move(owner)};
   }
   throw_error(Errc::type_error,
@@ -96,25 +100,29 @@ void bind_device(nb::module_& m) {
       .def_prop_ro("handle", [](const PyStream& s) { return s.handle(); })
       .def("__int__", [](const PyStream& s) { return s.handle(); })
       .def("__index__", [](const PyStream& s) { return s.handle(); })
-      .def_prop_ro("owned", [](const PyStream& s) { return s.owned; },
-                   "True when cai created the stream and destroys it with this object.")
-      .def("synchronize", [](const PyStream& s) {
-        nb::gil_scoped_release nogil;
-        backend().stream_synchronize(s.handle());
-      })
-      .def("query", [](const PyStream& s) { return backend().stream_query(s.handle()); },
-           "True when all work queued on the stream has completed.")
-      .def("__cuda_stream__",
-           [](const PyStream& s) { return nb::make_tuple(0, s.handle()); })
-      .def("__eq__", [](const PyStream& a, nb::handle b) {
-        PyStream* o;
-        return nb::try_cast<PyStream*>(b, o) && o && o->handle() == a.handle();
-      })
+      .def_prop_ro(
+          "owned", [](const PyStream& s) { return s.owned; },
+          "True when cai created the stream and destroys it with this object.")
+      .def("synchronize",
+           [](const PyStream& s) {
+             nb::gil_scoped_release nogil;
+             backend().stream_synchronize(s.handle());
+           })
+      .def(
+          "query", [](const PyStream& s) { return backend().stream_query(s.handle()); },
+          "True when all work queued on the stream has completed.")
+      .def("__cuda_stream__", [](const PyStream& s) { return nb::make_tuple(0, s.handle()); })
+      .def("__eq__",
+           [](const PyStream& a, nb::handle b) {
+             PyStream* o;
+             return nb::try_cast<PyStream*>(b, o) && o && o->handle() == a.handle();
+           })
       .def("__hash__", [](const PyStream& s) { return std::hash<StreamHandle>{}(s.handle()); })
       .def("__repr__", [](const PyStream& s) { return handle_repr(s.handle()); });
 
   m.def(
-      "stream", [](bool non_blocking) {
+      "stream",
+      [](bool non_blocking) {
         auto owned = device::OwnedStream::create(non_blocking);
         const StreamHandle h = owned->handle();
         return nb::cast(PyStream{{h, std::move(owned)}, true});
@@ -122,12 +130,11 @@ void bind_device(nb::module_& m) {
       nb::kw_only(), nb::arg("non_blocking") = false,
       "A new stream, destroyed when the last object using it goes away. Blocking streams "
       "synchronize with the legacy default stream; non-blocking ones do not.");
-  m.def("default_stream", [] { return named_stream(library_default_stream().handle); },
-        "The stream cai uses when stream=0: the legacy default stream.");
-  m.def("legacy_default_stream",
-        [] { return named_stream(device::kLegacyDefaultStream); });
-  m.def("per_thread_default_stream",
-        [] { return named_stream(device::kPerThreadDefaultStream); });
+  m.def(
+      "default_stream", [] { return named_stream(library_default_stream().handle); },
+      "The stream cai uses when stream=0: the legacy default stream.");
+  m.def("legacy_default_stream", [] { return named_stream(device::kLegacyDefaultStream); });
+  m.def("per_thread_default_stream", [] { return named_stream(device::kPerThreadDefaultStream); });
   m.def(
       "external_stream",
       [](nb::handle handle) {
@@ -173,30 +180,33 @@ void bind_device(nb::module_& m) {
   m.def(
       "event", [](bool timing) { return PyEvent{std::make_shared<device::OwnedEvent>(timing)}; },
       nb::arg("timing") = true);
-  m.def("synchronize", [] {
-    nb::gil_scoped_release nogil;
-    backend().synchronize();
-  }, "Waits for all work on the current device.");
-  m.def("backend", [] { return std::string(backend().name()); },
-        "'cuda' or 'simulator': the backend chosen (CAI_BACKEND=sim|cuda forces one).");
+  m.def(
+      "synchronize",
+      [] {
+        nb::gil_scoped_release nogil;
+        backend().synchronize();
+      },
+      "Waits for all work on the current device.");
+  m.def(
+      "backend", [] { return std::string(backend().name()); },
+      "'cuda' or 'simulator': the backend chosen (CAI_BACKEND=sim|cuda forces one).");
   m.def("cuda_available", [] { return device::cuda_available(); });
 
   nb::module_ sim = m.def_submodule("sim", "Controls of the CPU simulator (CAI_BACKEND=sim).");
-  sim.def("active", [] { return device::sim::active(); },
-          "True when the backend is the simulator.");
+  sim.def(
+      "active", [] { return device::sim::active(); }, "True when the backend is the simulator.");
   sim.def(
       "delay",
       [](nb::handle stream, double seconds) {
-        if (!(seconds >= 0))
-          throw_error(Errc::value_error, "sim.delay(): seconds must be >= 0");
+        if (!(seconds >= 0)) throw_error(Errc::value_error, "sim.delay(): seconds must be >= 0");
         auto s = stream_arg(stream, "sim.delay()", library_default_stream());
         device::sim::delay(s.handle, seconds);
       },
       nb::arg("stream"), nb::arg("seconds"),
       "Enqueues a pause on `stream`: later work on it starts that much later; the host does "
       "not wait.");
-  sim.def("set_race_detection", [](bool on) { device::sim::set_race_detection(on); },
-          nb::arg("on"));
+  sim.def(
+      "set_race_detection", [](bool on) { device::sim::set_race_detection(on); }, nb::arg("on"));
   sim.def("race_detection", [] { return device::sim::race_detection(); });
 }
 

@@ -91,8 +91,8 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
     } else if (type != here.device_type || id != here.device_id) {
       throw_error(Errc::buffer_error,
                   "__dlpack__(): dl_device=(" + std::to_string(type) + ", " + std::to_string(id) +
-                      ") is not where the array lives (" + std::to_string(here.device_type) +
-                      ", " + std::to_string(here.device_id) + ") and cai copies only to the CPU");
+                      ") is not where the array lives (" + std::to_string(here.device_type) + ", " +
+                      std::to_string(here.device_id) + ") and cai copies only to the CPU");
     }
   }
 
@@ -174,13 +174,14 @@ const DLPackExchangeAPI* exchange_api_of(nb::handle obj) {
   PyTypeObject* type = Py_TYPE(obj.ptr());
   if (auto it = cache->find(type); it != cache->end()) return it->second;
   const DLPackExchangeAPI* api = nullptr;
-  PyObject* attr = PyObject_GetAttrString(reinterpret_cast<PyObject*>(type),
-                                          "__dlpack_c_exchange_api__");
+  PyObject* attr =
+      PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__dlpack_c_exchange_api__");
   if (!attr) {
     PyErr_Clear();
   } else {
     if (PyCapsule_IsValid(attr, "dlpack_exchange_api"))
-      api = static_cast<const DLPackExchangeAPI*>(PyCapsule_GetPointer(attr, "dlpack_exchange_api"));
+      api =
+          static_cast<const DLPackExchangeAPI*>(PyCapsule_GetPointer(attr, "dlpack_exchange_api"));
     else if (PyLong_Check(attr))  // the draft form: an address as an int
       api = static_cast<const DLPackExchangeAPI*>(PyLong_AsVoidPtr(attr));
     if (PyErr_Occurred()) PyErr_Clear();
@@ -222,7 +223,8 @@ View consume_capsule(nb::handle capsule, DlpackImport& info) {
     return from_dlpack(t, nullptr, &release_with_gil<DLManagedTensor>, &info);
   }
   throw_error(Errc::type_error,
-              std::string("from_dlpack(): __dlpack__() returned ") + nb::inst_name(capsule).c_str() +
+              std::string("from_dlpack(): __dlpack__() returned ") +
+                  nb::inst_name(capsule).c_str() +
                   ", expected an unconsumed PyCapsule named 'dltensor_versioned' or 'dltensor'");
 }
 
@@ -326,9 +328,8 @@ int api_dltensor_from_py_object(void* py_object, DLTensor* out) {
 
 int api_current_work_stream(DLDeviceType device_type, std::int32_t, void** out_stream) {
   // cai's work goes to its default stream; CPU has none.
-  *out_stream = device_type == kDLCPU
-                    ? nullptr
-                    : reinterpret_cast<void*>(library_default_stream().handle);
+  *out_stream =
+      device_type == kDLCPU ? nullptr : reinterpret_cast<void*>(library_default_stream().handle);
   return 0;
 }
 
@@ -343,7 +344,9 @@ const DLPackExchangeAPI g_exchange_api = {
 
 }  // namespace
 
-bool has_dlpack(nb::handle obj) { return nb::hasattr(obj, "__dlpack__"); }
+bool has_dlpack(nb::handle obj) {
+  return nb::hasattr(obj, "__dlpack__");
+}
 
 View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry) {
   DlpackImport info{};
@@ -358,8 +361,10 @@ View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const ch
                                  info.device.device_id, &producer) != 0)
       throw nb::python_error();
     std::optional<device::StreamHandle> ps;
-    if (producer) ps = reinterpret_cast<device::StreamHandle>(producer);
-    else if (is_cuda_like(info.device.device_type)) ps = device::kLegacyDefaultStream;
+    if (producer)
+      ps = reinterpret_cast<device::StreamHandle>(producer);
+    else if (is_cuda_like(info.device.device_type))
+      ps = device::kLegacyDefaultStream;
     return finish_import(std::move(v), info, copy, ps, sync, entry);
   }
   // Ask where the data is first: a CPU producer must not be given a CUDA stream.
@@ -398,8 +403,8 @@ void bind_dlpack(nb::module_& m) {
       },
       nb::is_method(), nb::scope(cls), nb::name("__dlpack_device__"));
   // Static, alive for the whole process, as the exchange API requires.
-  cls.attr("__dlpack_c_exchange_api__") = nb::steal(
-      PyCapsule_New(const_cast<DLPackExchangeAPI*>(&g_exchange_api), "dlpack_exchange_api", nullptr));
+  cls.attr("__dlpack_c_exchange_api__") = nb::steal(PyCapsule_New(
+      const_cast<DLPackExchangeAPI*>(&g_exchange_api), "dlpack_exchange_api", nullptr));
 
   m.def(
       "from_dlpack",

@@ -21,16 +21,21 @@ struct Keys {
   PyObject *shape, *typestr, *data, *version, *strides, *descr, *mask, *stream, *cai;
 };
 const Keys& keys() {
-  static const Keys k = {
-      PyUnicode_InternFromString("shape"),   PyUnicode_InternFromString("typestr"),
-      PyUnicode_InternFromString("data"),    PyUnicode_InternFromString("version"),
-      PyUnicode_InternFromString("strides"), PyUnicode_InternFromString("descr"),
-      PyUnicode_InternFromString("mask"),    PyUnicode_InternFromString("stream"),
-      PyUnicode_InternFromString("__cuda_array_interface__")};
+  static const Keys k = {PyUnicode_InternFromString("shape"),
+                         PyUnicode_InternFromString("typestr"),
+                         PyUnicode_InternFromString("data"),
+                         PyUnicode_InternFromString("version"),
+                         PyUnicode_InternFromString("strides"),
+                         PyUnicode_InternFromString("descr"),
+                         PyUnicode_InternFromString("mask"),
+                         PyUnicode_InternFromString("stream"),
+                         PyUnicode_InternFromString("__cuda_array_interface__")};
   return k;
 }
 
-std::string type_name(PyObject* o) { return Py_TYPE(o)->tp_name; }
+std::string type_name(PyObject* o) {
+  return Py_TYPE(o)->tp_name;
+}
 
 PyObject* get(PyObject* dict, PyObject* key) {
   PyObject* v = PyDict_GetItemWithError(dict, key);  // borrowed
@@ -94,9 +99,8 @@ void read_data(PyObject* o, InterfaceFields& f) {
   const unsigned long long ptr = PyLong_AsUnsignedLongLong(pi.ptr());
   if (ptr == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
     PyErr_Clear();
-    throw_error(Errc::value_error,
-                std::string("data: pointer ") + nb::repr(p).c_str() +
-                    " is not a valid address (expected an int in [0, 2**64))");
+    throw_error(Errc::value_error, std::string("data: pointer ") + nb::repr(p).c_str() +
+                                       " is not a valid address (expected an int in [0, 2**64))");
   }
   // numpy.bool_ is not an int subclass; producers written with NumPy may pass one.
   if (!PyBool_Check(ro) && !PyLong_Check(ro)) {
@@ -189,9 +193,9 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
                          int depth) {
   PyObject* d = desc.ptr();
   if (!PyDict_Check(d))
-    throw_error(Errc::type_error, std::string(entry) +
-                                      ": __cuda_array_interface__ must be a dict, got " +
-                                      type_name(d));
+    throw_error(
+        Errc::type_error,
+        std::string(entry) + ": __cuda_array_interface__ must be a dict, got " + type_name(d));
   const Keys& k = keys();
   InterfaceFields f;
   if (PyObject* o = get(d, k.shape)) {
@@ -235,14 +239,15 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
       f.mask_state = Presence::none;
     } else {
       if (depth >= kMaxMaskDepth)
-        throw_error(Errc::value_error,
-                    std::string(entry) + ": mask: masks nested more than " +
-                        std::to_string(kMaxMaskDepth) + " levels deep (a cycle of masks?)");
+        throw_error(Errc::value_error, std::string(entry) + ": mask: masks nested more than " +
+                                           std::to_string(kMaxMaskDepth) +
+                                           " levels deep (a cycle of masks?)");
       PyObject* mask_desc = PyObject_GetAttr(o, k.cai);
       if (!mask_desc) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
         PyErr_Clear();
-        throw_key_type_error("mask", type_name(o), "None or an object with __cuda_array_interface__");
+        throw_key_type_error("mask", type_name(o),
+                             "None or an object with __cuda_array_interface__");
       }
       nb::object md = nb::steal(mask_desc);
       mask_view = std::make_shared<const View>(

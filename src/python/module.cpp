@@ -34,7 +34,8 @@ Config& config() {
 NB_MODULE(_cai, m) {
   using namespace cai::python;
   m.doc() = "cai: CUDA Array Interface and DLPack exchange (compiled core)";
-  m.attr("__version__") = CAI_STR(CAI_VERSION_MAJOR) "." CAI_STR(CAI_VERSION_MINOR) "." CAI_STR(CAI_VERSION_PATCH);
+  m.attr("__version__") =
+      CAI_STR(CAI_VERSION_MAJOR) "." CAI_STR(CAI_VERSION_MINOR) "." CAI_STR(CAI_VERSION_PATCH);
   bind_errors(m);
   bind_core(m);
   bind_device(m);

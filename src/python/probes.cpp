@@ -15,10 +15,10 @@ namespace cai::python {
 namespace {
 
 const DLPackExchangeAPI* table_of(nb::handle obj) {
-  nb::object cap = nb::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())))
-                       .attr("__dlpack_c_exchange_api__");
-  auto* api = static_cast<const DLPackExchangeAPI*>(
-      PyCapsule_GetPointer(cap.ptr(), "dlpack_exchange_api"));
+  nb::object cap =
+      nb::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).attr("__dlpack_c_exchange_api__");
+  auto* api =
+      static_cast<const DLPackExchangeAPI*>(PyCapsule_GetPointer(cap.ptr(), "dlpack_exchange_api"));
   if (!api) throw nb::python_error();
   return api;
 }
@@ -156,9 +156,10 @@ void bind_probes(nb::module_& m) {
 
   // A foreign producer with its own table and no usable __dlpack__.
   nb::class_<ForeignProducer> cls(p, "ForeignProducer");
-  cls.def("__init__", [](ForeignProducer* self, nb::handle arr) {
-        new (self) ForeignProducer{import_view(arr, false, "ForeignProducer()")};
-      })
+  cls.def("__init__",
+          [](ForeignProducer* self, nb::handle arr) {
+            new (self) ForeignProducer{import_view(arr, false, "ForeignProducer()")};
+          })
       .def("__dlpack__",
            [](ForeignProducer&, nb::args, nb::kwargs) -> nb::object {
              throw_error(Errc::buffer_error, "ForeignProducer: use the C exchange API");

@@ -47,7 +47,9 @@ void trace_wait(StreamHandle waiter, StreamHandle producer) {
 
 }  // namespace
 
-void set_trace(TraceFn fn) { g_trace.store(fn, std::memory_order_relaxed); }
+void set_trace(TraceFn fn) {
+  g_trace.store(fn, std::memory_order_relaxed);
+}
 
 void wait_for(device::Backend& backend, StreamHandle producer, StreamHandle waiter) {
   if (producer == waiter) return;
@@ -78,8 +80,7 @@ void StreamOrder::finish() {
       state->set_stream(work_);
       continue;
     }
-    if (*producer == work_.handle ||
-        std::find(done.begin(), done.end(), *producer) != done.end())
+    if (*producer == work_.handle || std::find(done.begin(), done.end(), *producer) != done.end())
       continue;
     if (ev == 0) {
       ev = scratch_event(backend_);

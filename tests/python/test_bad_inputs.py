@@ -199,16 +199,28 @@ def capsule_name(cap):
     return _PyCapsule_GetName(cap).decode()
 
 
+# Addresses of the tensors whose deleter ran. One module-level callback: it must outlive every
+# tensor (a consumer may run a deleter late), and must not keep any case's objects alive.
+_DELETED = []
+
+
+@DELETER
+def _deleter(address):
+    _DELETED.append(address)
+
+
 class TensorFactory:
-    """Builds one DLManagedTensor[Versioned] per call from a spec, counting deleter calls."""
+    """Builds one DLManagedTensor[Versioned] per call from a spec; deleter calls are counted."""
 
     def __init__(self, spec, ctx):
         self.spec = spec
         self.ctx = ctx
         self.made = []      # (capsule, struct) of every tensor handed out
-        self.deleted = []   # addresses passed to the deleter
-        self._deleter = DELETER(lambda p: self.deleted.append(p))
-        _FOREVER.append(self._deleter)
+
+    @property
+    def deleted(self):
+        mine = {ctypes.addressof(m) for _, m in self.made}
+        return [a for a in _DELETED if a in mine]
 
     def capsule(self):
         s = self.spec
@@ -237,7 +249,7 @@ class TensorFactory:
         data = s.get("data", "valid")
         t.data = self.ctx.ptr if data == "valid" else data
         t.byte_offset = s.get("byte_offset", 0)
-        m.deleter = self._deleter
+        m.deleter = _deleter
         keep = (m, shape_arr, strides_arr)
         _FOREVER.append(keep)
         name = s.get("name", "dltensor_versioned" if versioned else "dltensor").encode()
@@ -411,8 +423,8 @@ def interface(spec, ctx):
 
 
 def attr_producer(spec, ctx):
-    if "raises" in spec:
-        return AttrProducer(raises=make_exception(spec["raises"]))
+    if "attr_raises" in spec:
+        return AttrProducer(raises=make_exception(spec["attr_raises"]))
     return AttrProducer(value=build(spec["value"], ctx))
 
 

@@ -35,12 +35,12 @@ enum class MemoryKind : int {
 /// What the backend knows of any pointer, interior pointers included.
 struct PointerInfo {
   MemoryKind kind = MemoryKind::unregistered;
-  int device = -1;                  ///< device ordinal, -1 when not device memory
-  std::uint64_t context = 0;        ///< CUcontext (or the simulator's context id)
-  bool host_accessible = false;     ///< may be dereferenced on the host
-  bool device_accessible = false;   ///< may be dereferenced in a kernel
-  std::uint64_t alloc_base = 0;     ///< start of the allocation containing the pointer
-  std::uint64_t alloc_size = 0;     ///< size in bytes of that allocation
+  int device = -1;                 ///< device ordinal, -1 when not device memory
+  std::uint64_t context = 0;       ///< CUcontext (or the simulator's context id)
+  bool host_accessible = false;    ///< may be dereferenced on the host
+  bool device_accessible = false;  ///< may be dereferenced in a kernel
+  std::uint64_t alloc_base = 0;    ///< start of the allocation containing the pointer
+  std::uint64_t alloc_size = 0;    ///< size in bytes of that allocation
 };
 
 struct DeviceProperties {

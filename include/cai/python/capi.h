@@ -41,9 +41,9 @@
 #define CAI_CAPI_STDLIB "stdlib"
 #endif
 /// What must match between cai._cai and a module using the table.
-#define CAI_CAPI_ABI_TAG                                                        \
-  "cai" CAI_CAPI_STR(CAI_VERSION_MAJOR) "." CAI_CAPI_STR(CAI_VERSION_MINOR) "-capi" \
-  CAI_CAPI_STR(CAI_CAPI_VERSION) "-" CAI_CAPI_COMPILER "-" CAI_CAPI_STDLIB
+#define CAI_CAPI_ABI_TAG                                                                          \
+  "cai" CAI_CAPI_STR(CAI_VERSION_MAJOR) "." CAI_CAPI_STR(CAI_VERSION_MINOR) "-capi" CAI_CAPI_STR( \
+      CAI_CAPI_VERSION) "-" CAI_CAPI_COMPILER "-" CAI_CAPI_STDLIB
 
 namespace cai::python {
 

@@ -58,7 +58,7 @@ class array {
   static constexpr bool need_f = detail::has_v<f_contig, Opts...>;
   static constexpr bool mask_ok = detail::has_v<allow_mask, Opts...>;
   static_assert(((std::is_same_v<Opts, c_contig> || std::is_same_v<Opts, f_contig> ||
-                  std::is_same_v<Opts, writable> || std::is_same_v<Opts, allow_mask>) && ...),
+                  std::is_same_v<Opts, writable> || std::is_same_v<Opts, allow_mask>)&&...),
                 "cai::nb::array: constraints must be among cai::c_contig, cai::f_contig, "
                 "cai::writable and cai::allow_mask.");
   static_assert(!(need_c && need_f && N > 1),
@@ -91,19 +91,20 @@ class array {
       return sig + ": ndim is " + std::to_string(v.ndim()) + " (shape " +
              detail::shape_text(v.shape()) + "), expected " + std::to_string(N);
     if (need_writable && v.readonly())
-      return sig + ": the array is read-only (its producer exported data=(ptr, True)), but the "
-                   "argument is cai::writable";
+      return sig +
+             ": the array is read-only (its producer exported data=(ptr, True)), but the "
+             "argument is cai::writable";
     if (need_c && !v.layout().is_c_contiguous())
-      return sig + ": the array is not C-contiguous (strides " +
-             detail::shape_text(v.strides()) + " bytes), but the argument is cai::c_contig";
+      return sig + ": the array is not C-contiguous (strides " + detail::shape_text(v.strides()) +
+             " bytes), but the argument is cai::c_contig";
     if (need_f && !v.layout().is_f_contiguous())
-      return sig + ": the array is not F-contiguous (strides " +
-             detail::shape_text(v.strides()) + " bytes), but the argument is cai::f_contig";
+      return sig + ": the array is not F-contiguous (strides " + detail::shape_text(v.strides()) +
+             " bytes), but the argument is cai::f_contig";
     if (v.mask() && !mask_ok)
       return sig + ": the array has a mask; add cai::allow_mask to accept masked arrays";
     if (v.size() != 0 && v.ptr() % alignof(element_type) != 0)
-      return sig + ": the data pointer is not aligned to " +
-             std::to_string(alignof(element_type)) + " bytes";
+      return sig + ": the data pointer is not aligned to " + std::to_string(alignof(element_type)) +
+             " bytes";
     for (int k = 0; k < N; ++k) {
       if (v.shape()[k] > 1 && v.strides()[k] % static_cast<std::int64_t>(sizeof(T)) != 0)
         return sig + ": the stride of axis " + std::to_string(k) + " (" +
@@ -115,8 +116,8 @@ class array {
 
   /// "cai.array[<f4, ndim=2, c_contig, writable]", for messages.
   static std::string signature() {
-    std::string s = "cai.array[" + dtype_of<std::remove_const_t<T>>().str() +
-                    ", ndim=" + std::to_string(N);
+    std::string s =
+        "cai.array[" + dtype_of<std::remove_const_t<T>>().str() + ", ndim=" + std::to_string(N);
     if (need_c) s += ", c_contig";
     if (need_f) s += ", f_contig";
     if (need_writable) s += ", writable";
@@ -162,8 +163,7 @@ class stream {
 class stream_order {
  public:
   template <class... Arrays>
-  explicit stream_order(const stream& s, Arrays&... arrays)
-      : order_(device::backend(), s.ref()) {
+  explicit stream_order(const stream& s, Arrays&... arrays) : order_(device::backend(), s.ref()) {
     (order_.add(arrays.sync_state()), ...);
   }
   stream_order(const stream_order&) = delete;
@@ -207,9 +207,8 @@ inline ::nanobind::object make_array(std::uint64_t ptr, const DType& dtype,
                                      std::span<const std::int64_t> byte_strides,
                                      sync::StreamRef stream, std::shared_ptr<const void> owner,
                                      bool readonly = false) {
-  Layout layout = byte_strides.empty()
-                      ? Layout::c_contiguous(shape, dtype.itemsize())
-                      : Layout(Dims(shape), Dims(byte_strides), dtype.itemsize());
+  Layout layout = byte_strides.empty() ? Layout::c_contiguous(shape, dtype.itemsize())
+                                       : Layout(Dims(shape), Dims(byte_strides), dtype.itemsize());
   if (layout.size() == 0) ptr = 0;
   auto state = stream.handle != 0 ? std::make_shared<sync::SyncState>(std::move(stream))
                                   : std::make_shared<sync::SyncState>();
@@ -237,8 +236,8 @@ namespace nanobind::detail {
 template <class T, int N, class... Opts>
 struct type_caster<cai::nb::array<T, N, Opts...>> {
   using Value = cai::nb::array<T, N, Opts...>;
-  static constexpr auto Name = const_name("cai.array[ndim=") + const_name<(size_t)N>() +
-                               const_name("]");
+  static constexpr auto Name =
+      const_name("cai.array[ndim=") + const_name<(size_t)N>() + const_name("]");
   template <typename T_>
   using Cast = movable_cast_t<T_>;
   template <typename T_>

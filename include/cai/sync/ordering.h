@@ -65,7 +65,8 @@ class SyncState {
 /// The caller keeps the states alive until finish().
 class StreamOrder {
  public:
-  StreamOrder(device::Backend& backend, StreamRef work) : backend_(backend), work_(std::move(work)) {}
+  StreamOrder(device::Backend& backend, StreamRef work)
+      : backend_(backend), work_(std::move(work)) {}
   StreamOrder(const StreamOrder&) = delete;
   StreamOrder& operator=(const StreamOrder&) = delete;
 
