@@ -153,7 +153,11 @@ PyArray* as_py_array(nb::handle obj) noexcept {
 }
 
 nb::object wrap(View view, nb::object np_dtype) {
-  return nb::cast(PyArray{std::move(view), std::move(np_dtype)}, nb::rv_policy::move);
+  // Construct in place in the new instance: no temporary PyArray to move from.
+  nb::object obj = nb::inst_alloc(g_array_type);
+  new (nb::inst_ptr<PyArray>(obj)) PyArray{std::move(view), std::move(np_dtype), {}, {}};
+  nb::inst_mark_ready(obj);
+  return obj;
 }
 
 nb::tuple to_tuple(std::span<const std::int64_t> values) {
@@ -306,7 +310,7 @@ void bind_array(nb::module_& m) {
                      return wrap(*a.view.mask());
                    })
       .def_prop_ro("__cuda_array_interface__",
-                   [](const PyArray& a) { return export_interface(a.view); })
+                   [](PyArray& a) { return export_interface(a); })
       .def("__len__",
            [](const PyArray& a) {
              if (a.view.ndim() == 0) throw_error(Errc::type_error, "len() of a 0-d array");

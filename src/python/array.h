@@ -2,6 +2,7 @@
 
 // Internal to the extension: cai.DeviceNDArray and the import/export of the CAI.
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,9 +17,9 @@ namespace cai::python {
 struct PyArray {
   View view;
   nb::object np_dtype;  ///< numpy.dtype, built on first use
+  nb::object cai_fixed;  ///< the immutable entries of __cuda_array_interface__, on first use
   /// Element strides for DLTensors that borrow from this array (built on first use).
-  Dims element_strides;
-  bool element_strides_ready = false;
+  std::unique_ptr<const Dims> element_strides;
 };
 
 /// Wraps a View in a new cai.DeviceNDArray.
@@ -48,6 +49,7 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
 
 /// The __cuda_array_interface__ dict of a View (a new dict per call).
 nb::dict export_interface(const View& v);
+nb::dict export_interface(PyArray& a);  ///< the same, with the fixed entries cached
 
 /// DType <-> numpy.dtype.
 DType dtype_from_numpy(nb::handle np_dtype, const char* entry);

@@ -318,11 +318,9 @@ int api_dltensor_from_py_object(void* py_object, DLTensor* out) {
   return guarded([&] {
     PyArray* a = as_py_array(nb::handle(static_cast<PyObject*>(py_object)));
     if (!a) throw_error(Errc::type_error, "dlpack exchange API: not a cai.DeviceNDArray");
-    if (!a->element_strides_ready) {
-      a->element_strides = a->view.layout().element_strides();
-      a->element_strides_ready = true;
-    }
-    fill_dltensor(a->view, a->element_strides, *out);
+    if (!a->element_strides)
+      a->element_strides = std::make_unique<const Dims>(a->view.layout().element_strides());
+    fill_dltensor(a->view, *a->element_strides, *out);
   });
 }
 

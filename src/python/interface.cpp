@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "cai/core/error.h"
@@ -37,11 +38,6 @@ std::string type_name(PyObject* o) {
   return Py_TYPE(o)->tp_name;
 }
 
-PyObject* get(PyObject* dict, PyObject* key) {
-  PyObject* v = PyDict_GetItemWithError(dict, key);  // borrowed
-  if (!v && PyErr_Occurred()) throw nb::python_error();
-  return v;
-}
 
 // A Python int (or an object with __index__, such as numpy.int64) as int64; bool is refused
 // because True as a dimension is a bug in the producer, not a number.
@@ -130,13 +126,34 @@ std::shared_ptr<const void> keep_alive(nb::handle obj) {
 
 namespace {
 
-View view_from_validated(const Interface& itf, std::shared_ptr<const void> owner, bool sync) {
-  std::shared_ptr<sync::SyncState> state;
+// The stream state and the owner of an imported array in one allocation: the View's sync and
+// owner pointers alias it, so an import costs one allocation, not two.
+struct ImportedState {
+  sync::SyncState sync;
+  PyObject* owner = nullptr;
+  ImportedState() = default;
+  ImportedState(const ImportedState&) = delete;
+  ImportedState& operator=(const ImportedState&) = delete;
+  ~ImportedState() {
+    if (!owner || !nb::is_alive()) return;  // leaked after finalization: no Python call is legal
+    PyGILState_STATE st = PyGILState_Ensure();
+    Py_DECREF(owner);
+    PyGILState_Release(st);
+  }
+};
+
+View view_from_validated(Interface&& itf, nb::handle owner, bool sync) {
+  auto state = std::make_shared<ImportedState>();
   if (sync && itf.stream && config().import_sync)
-    state = std::make_shared<sync::SyncState>(sync::StreamRef{*itf.stream, nullptr});
-  else
-    state = std::make_shared<sync::SyncState>();
-  return View(itf.ptr, itf.dtype, itf.layout, itf.readonly, std::move(state), std::move(owner));
+    state->sync.set_stream(sync::StreamRef{*itf.stream, nullptr});
+  if (owner.is_valid() && !owner.is_none()) {
+    state->owner = owner.ptr();
+    Py_INCREF(state->owner);
+  }
+  std::shared_ptr<sync::SyncState> sync_state(state, &state->sync);
+  std::shared_ptr<const void> keep = std::move(state);
+  return View(itf.ptr, std::move(itf.dtype), std::move(itf.layout), itf.readonly,
+              std::move(sync_state), std::move(keep));
 }
 
 }  // namespace
@@ -197,21 +214,38 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
         Errc::type_error,
         std::string(entry) + ": __cuda_array_interface__ must be a dict, got " + type_name(d));
   const Keys& k = keys();
+  // One pass over the dict: keys are matched by identity (producers' literal keys are interned
+  // like ours), by value otherwise. Cheaper than eight hashed lookups of a six-entry dict.
+  enum Slot { kShape, kTypestr, kData, kVersion, kStrides, kDescr, kMask, kStream, kSlots };
+  PyObject* const slot_keys[kSlots] = {k.shape,   k.typestr, k.data, k.version,
+                                       k.strides, k.descr,   k.mask, k.stream};
+  PyObject* value[kSlots] = {};
+  Py_ssize_t pos = 0;
+  PyObject *key, *item;
+  while (PyDict_Next(d, &pos, &key, &item)) {
+    int slot = 0;
+    while (slot < kSlots && slot_keys[slot] != key) ++slot;
+    if (slot == kSlots && PyUnicode_Check(key)) {
+      slot = 0;
+      while (slot < kSlots && PyUnicode_Compare(slot_keys[slot], key) != 0) ++slot;
+    }
+    if (slot < kSlots) value[slot] = item;
+  }
   InterfaceFields f;
-  if (PyObject* o = get(d, k.shape)) {
+  if (PyObject* o = value[kShape]) {
     read_dims(o, "shape", f.shape);
     f.has_shape = true;
   }
-  if (PyObject* o = get(d, k.typestr)) {
+  if (PyObject* o = value[kTypestr]) {
     f.typestr = read_str(o, "typestr");
     f.has_typestr = true;
   }
-  if (PyObject* o = get(d, k.data)) read_data(o, f);
-  if (PyObject* o = get(d, k.version)) {
+  if (PyObject* o = value[kData]) read_data(o, f);
+  if (PyObject* o = value[kVersion]) {
     f.version = read_int64(o, "version", "an int");
     f.has_version = true;
   }
-  if (PyObject* o = get(d, k.strides)) {
+  if (PyObject* o = value[kStrides]) {
     if (o == Py_None) {
       f.strides_state = Presence::none;
     } else {
@@ -219,11 +253,11 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
       f.strides_state = Presence::given;
     }
   }
-  if (PyObject* o = get(d, k.descr); o && o != Py_None) {
+  if (PyObject* o = value[kDescr]; o && o != Py_None) {
     f.descr = descr_from_python(o);
     f.has_descr = true;
   }
-  if (PyObject* o = get(d, k.stream)) {
+  if (PyObject* o = value[kStream]) {
     if (o == Py_None) {
       f.stream_state = Presence::none;
     } else {
@@ -233,8 +267,8 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
   }
   // The mask is an object with its own interface: import it first (it must stay alive too).
   std::shared_ptr<const View> mask_view;
-  Interface mask_itf;
-  if (PyObject* o = get(d, k.mask)) {
+  std::optional<Interface> mask_itf;
+  if (PyObject* o = value[kMask]) {
     if (o == Py_None) {
       f.mask_state = Presence::none;
     } else {
@@ -252,15 +286,16 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
       nb::object md = nb::steal(mask_desc);
       mask_view = std::make_shared<const View>(
           view_from_interface(md, nb::handle(o), sync, entry, depth + 1));
-      mask_itf.dtype = mask_view->dtype();
-      mask_itf.layout = mask_view->layout();
-      mask_itf.ptr = mask_view->ptr();
-      f.mask = &mask_itf;
+      mask_itf.emplace();
+      mask_itf->dtype = mask_view->dtype();
+      mask_itf->layout = mask_view->layout();
+      mask_itf->ptr = mask_view->ptr();
+      f.mask = &*mask_itf;
       f.mask_state = Presence::given;
     }
   }
-  const Interface itf = validate_interface(f);
-  View v = view_from_validated(itf, keep_alive(owner), sync);
+  Interface itf = validate_interface(f);
+  View v = view_from_validated(std::move(itf), owner, sync);
   if (mask_view) v.set_mask(std::move(mask_view));
   return v;
 }
@@ -281,7 +316,11 @@ View import_view(nb::handle obj, bool sync, const char* entry) {
   return view_from_interface(d, obj, sync, entry);
 }
 
-nb::dict export_interface(const View& v) {
+namespace {
+
+// Everything of the dict but `stream`, which can change (data without a stream adopts one),
+// and `descr`, a list the consumer may mutate.
+nb::dict export_fixed_part(const View& v) {
   const Keys& k = keys();
   static PyObject* version3 = PyLong_FromLong(3);
   nb::dict d;
@@ -298,17 +337,36 @@ nb::dict export_interface(const View& v) {
     set(k.strides, nb::none());
   else
     set(k.strides, to_tuple(v.strides()));
-  if (t.is_structured()) set(k.descr, descr_to_python(t.descr()));
   if (v.mask()) {
     // The mask is exported as an object with its own interface, as the CAI requires.
     set(k.mask, wrap(*v.mask()));
   }
-  const auto stream = config().export_stream ? v.sync()->handle() : std::nullopt;
-  if (stream)
-    set(k.stream, nb::int_(*stream));
-  else
-    set(k.stream, nb::none());
   return d;
+}
+
+nb::dict with_stream(nb::dict d, const View& v) {
+  if (v.dtype().is_structured()) {
+    nb::list descr = descr_to_python(v.dtype().descr());
+    if (PyDict_SetItem(d.ptr(), keys().descr, descr.ptr()) != 0) throw nb::python_error();
+  }
+  const auto stream = config().export_stream ? v.sync()->handle() : std::nullopt;
+  // Small ints are cached by CPython; handles are not, but cost one allocation.
+  nb::object value = stream ? nb::object(nb::int_(*stream)) : nb::object(nb::none());
+  if (PyDict_SetItem(d.ptr(), keys().stream, value.ptr()) != 0) throw nb::python_error();
+  return d;
+}
+
+}  // namespace
+
+nb::dict export_interface(const View& v) { return with_stream(export_fixed_part(v), v); }
+
+nb::dict export_interface(PyArray& a) {
+  // The immutable entries are built once per array; each read gets its own dict (consumers
+  // may mutate it), copied from them, which is a single fast dict clone.
+  if (!a.cai_fixed.is_valid()) a.cai_fixed = export_fixed_part(a.view);
+  nb::dict d = nb::steal<nb::dict>(PyDict_Copy(a.cai_fixed.ptr()));
+  if (!d.is_valid()) throw nb::python_error();
+  return with_stream(std::move(d), a.view);
 }
 
 }  // namespace cai::python
