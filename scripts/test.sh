@@ -26,6 +26,9 @@ echo "== examples/add_extension: an extension built only through the installed p
 cmake -S examples/add_extension -B build/add_extension -G Ninja \
   -DCMAKE_PREFIX_PATH="$ROOT/build/install" -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
 cmake --build build/add_extension -j "$JOBS"
+cmake -S tests/caster_ext -B build/caster_ext -G Ninja \
+  -DCMAKE_PREFIX_PATH="$ROOT/build/install" -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
+cmake --build build/caster_ext -j "$JOBS"
 
 if command -v clang++ >/dev/null 2>&1; then
   echo "== fuzzers (bounded)"
