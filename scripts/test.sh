@@ -29,6 +29,9 @@ cmake --build build/add_extension -j "$JOBS"
 cmake -S tests/caster_ext -B build/caster_ext -G Ninja \
   -DCMAKE_PREFIX_PATH="$ROOT/build/install" -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
 cmake --build build/caster_ext -j "$JOBS"
+cmake -S bench/caster_ext -B build/bench_caster -G Ninja \
+  -DCMAKE_PREFIX_PATH="$ROOT/build/install" -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
+cmake --build build/bench_caster -j "$JOBS"
 
 if command -v clang++ >/dev/null 2>&1; then
   echo "== fuzzers (bounded)"
