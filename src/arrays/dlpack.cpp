@@ -25,7 +25,7 @@ void delete_export(Managed* m) {
 }
 
 template <class Managed>
-ExportCtx<Managed>* make_export(const View& v, const char* entry) {
+ExportCtx<Managed>* make_export(const View& v, const char* entry, const DLDevice* device) {
   auto ctx = std::make_unique<ExportCtx<Managed>>();
   ctx->view = v;
   ctx->shape = Dims(v.shape());
@@ -37,7 +37,7 @@ ExportCtx<Managed>* make_export(const View& v, const char* entry) {
   }
   DLTensor& t = ctx->managed.dl_tensor;
   t.data = reinterpret_cast<void*>(v.ptr());
-  t.device = dlpack_device(v);
+  t.device = device ? *device : dlpack_device(v);
   t.ndim = v.ndim();
   try {
     t.dtype = v.dtype().to_dlpack();
@@ -130,19 +130,20 @@ DLDevice dlpack_device(const View& v) {
   return {kDLCPU, 0};
 }
 
-DLManagedTensorVersioned* to_dlpack_versioned(const View& v, std::uint64_t flags) {
-  auto* ctx = make_export<DLManagedTensorVersioned>(v, "__dlpack__()");
+DLManagedTensorVersioned* to_dlpack_versioned(const View& v, std::uint64_t flags,
+                                              const DLDevice* device) {
+  auto* ctx = make_export<DLManagedTensorVersioned>(v, "__dlpack__()", device);
   ctx->managed.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
   ctx->managed.flags = flags | (v.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
   return &ctx->managed;
 }
 
-DLManagedTensor* to_dlpack_legacy(const View& v) {
+DLManagedTensor* to_dlpack_legacy(const View& v, const DLDevice* device) {
   if (v.readonly())
     throw_error(Errc::buffer_error,
                 "__dlpack__(): the array is read-only and a legacy (unversioned) DLPack tensor "
                 "cannot say so; ask for max_version=(1, 0) or later");
-  return &make_export<DLManagedTensor>(v, "__dlpack__()")->managed;
+  return &make_export<DLManagedTensor>(v, "__dlpack__()", device)->managed;
 }
 
 View from_dlpack(DLManagedTensorVersioned* t, std::shared_ptr<const void> keep,

@@ -66,7 +66,8 @@ std::optional<std::pair<int, int>> read_version(nb::handle max_version) {
     throw_error(Errc::type_error, std::string("__dlpack__(): max_version must be None or a tuple "
                                               "(major, minor), got ") +
                                       nb::repr(max_version).c_str());
-  return std::pair<int, int>{nb::cast<int>(max_version[0]), nb::cast<int>(max_version[1])};
+  return std::pair<int, int>{nb::cast<int>(nb::handle(PyTuple_GET_ITEM(max_version.ptr(), 0))),
+                             nb::cast<int>(nb::handle(PyTuple_GET_ITEM(max_version.ptr(), 1)))};
 }
 
 nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_version,
@@ -146,12 +147,14 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
         sync::wait_for(device::backend(), *producer, *consumer);
     }
   }
+  const DLDevice out_device = to_host ? DLDevice{kDLCPU, 0} : here;
   if (versioned)
-    return make_capsule(to_dlpack_versioned(out, flags), kVersioned, versioned_capsule_destructor);
+    return make_capsule(to_dlpack_versioned(out, flags, &out_device), kVersioned,
+                        versioned_capsule_destructor);
   if (copy == true || to_host) {
     // Legacy capsules cannot carry IS_COPIED; the copy is still a correct answer.
   }
-  return make_capsule(to_dlpack_legacy(out), kLegacy, legacy_capsule_destructor);
+  return make_capsule(to_dlpack_legacy(out, &out_device), kLegacy, legacy_capsule_destructor);
 }
 
 // ----- consumer ------------------------------------------------------------------------------
@@ -161,6 +164,10 @@ template <class Managed>
 void release_with_gil(Managed* t) {
   if (!t->deleter) return;
   if (!nb::is_alive()) return;
+  if (PyGILState_Check()) {  // the usual case: released from Python code
+    t->deleter(t);
+    return;
+  }
   PyGILState_STATE st = PyGILState_Ensure();
   t->deleter(t);
   PyGILState_Release(st);
@@ -171,14 +178,14 @@ void release_with_gil(Managed* t) {
 // user's class would keep its module's globals alive forever.
 const DLPackExchangeAPI* exchange_api_of(nb::handle obj) {
   static auto* cache = new std::unordered_map<PyTypeObject*, const DLPackExchangeAPI*>;
+  static PyObject* name = PyUnicode_InternFromString("__dlpack_c_exchange_api__");
   PyTypeObject* type = Py_TYPE(obj.ptr());
   if (auto it = cache->find(type); it != cache->end()) return it->second;
   const DLPackExchangeAPI* api = nullptr;
-  PyObject* attr =
-      PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__dlpack_c_exchange_api__");
-  if (!attr) {
-    PyErr_Clear();
-  } else {
+  // A lookup in the type's MRO (cached by CPython): no AttributeError is raised and formatted
+  // for the many types that have no table.
+  if (PyObject* attr = _PyType_Lookup(type, name)) {
+    Py_INCREF(attr);
     if (PyCapsule_IsValid(attr, "dlpack_exchange_api"))
       api =
           static_cast<const DLPackExchangeAPI*>(PyCapsule_GetPointer(attr, "dlpack_exchange_api"));

@@ -38,7 +38,6 @@ std::string type_name(PyObject* o) {
   return Py_TYPE(o)->tp_name;
 }
 
-
 // A Python int (or an object with __index__, such as numpy.int64) as int64; bool is refused
 // because True as a dimension is a bug in the producer, not a number.
 std::int64_t read_int64(PyObject* o, const char* key, const char* expected) {
@@ -341,6 +340,9 @@ nb::dict export_fixed_part(const View& v) {
     // The mask is exported as an object with its own interface, as the CAI requires.
     set(k.mask, wrap(*v.mask()));
   }
+  // A placeholder, so that setting the real stream in a copy replaces a value: adding a key
+  // to an exactly sized copy would resize it.
+  set(k.stream, nb::none());
   return d;
 }
 
@@ -358,7 +360,9 @@ nb::dict with_stream(nb::dict d, const View& v) {
 
 }  // namespace
 
-nb::dict export_interface(const View& v) { return with_stream(export_fixed_part(v), v); }
+nb::dict export_interface(const View& v) {
+  return with_stream(export_fixed_part(v), v);
+}
 
 nb::dict export_interface(PyArray& a) {
   // The immutable entries are built once per array; each read gets its own dict (consumers

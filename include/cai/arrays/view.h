@@ -44,7 +44,7 @@ class View {
         dtype_(std::move(dtype)),
         layout_(std::move(layout)),
         readonly_(readonly),
-        sync_(std::move(sync)),
+        sync_(sync ? std::move(sync) : std::make_shared<sync::SyncState>()),
         owner_(std::move(owner)) {}
 
   /// A new array of `shape` in device memory, C-contiguous (or F with fortran_order), whose
@@ -62,7 +62,8 @@ class View {
   int ndim() const noexcept { return layout_.ndim(); }
   std::int64_t size() const noexcept { return layout_.size(); }
   bool readonly() const noexcept { return readonly_; }
-  /// The stream state shared with every view of the same memory (never null).
+  /// The stream state shared with every view of the same memory (null only for a
+  /// default-constructed View, which has no memory).
   const std::shared_ptr<sync::SyncState>& sync() const noexcept { return sync_; }
   const std::shared_ptr<const View>& mask() const noexcept { return mask_; }
   const std::shared_ptr<const void>& owner() const noexcept { return owner_; }
@@ -86,7 +87,7 @@ class View {
   DType dtype_;
   Layout layout_;
   bool readonly_ = false;
-  std::shared_ptr<sync::SyncState> sync_ = std::make_shared<sync::SyncState>();
+  std::shared_ptr<sync::SyncState> sync_;  // null only in a default-constructed View
   std::shared_ptr<const View> mask_;
   std::shared_ptr<const void> owner_;
 };

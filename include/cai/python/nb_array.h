@@ -75,14 +75,45 @@ class array {
   array() = default;
   /// Checks the constraints; throws cai::Error(type_error) saying which one failed.
   explicit array(View v) {
-    std::string why = rejection(v);
-    if (!why.empty()) throw_error(Errc::type_error, why);
-    ref_ = as_array_ref<element_type, N>(without_mask(v));
+    if (!fits(v)) throw_error(Errc::type_error, rejection(v));
+    adopt(std::move(v));
+  }
+
+  /// Whether `v` fits this signature. Cheap and allocation-free: it runs for every argument of
+  /// every call; the message (rejection) is built only when it does not fit.
+  static bool fits(const View& v) noexcept {
+    if (!(v.dtype() == dtype_of<std::remove_const_t<T>>()) || v.ndim() != N) return false;
+    if (need_writable && v.readonly()) return false;
+    if (need_c && !v.layout().is_c_contiguous()) return false;
+    if (need_f && !v.layout().is_f_contiguous()) return false;
+    if (v.mask() && !mask_ok) return false;
+    if (v.size() != 0 && v.ptr() % alignof(element_type) != 0) return false;
+    for (int k = 0; k < N; ++k)
+      if (v.shape()[k] > 1 && v.strides()[k] % static_cast<std::int64_t>(sizeof(T)) != 0)
+        return false;
+    return true;
+  }
+
+  /// Takes a View that fits() without checking again.
+  void adopt(View&& v) {
+    auto* data = reinterpret_cast<element_type*>(static_cast<std::uintptr_t>(v.ptr()));
+    if constexpr (N == 0) {
+      ref_ = ArrayRef<element_type, 0>(data);
+    } else {
+      cai::detail::ExtentArray<N> shape{}, strides{};
+      for (int k = 0; k < N; ++k) {
+        shape[k] = v.shape()[k];
+        // Axes of extent 0 or 1 may carry any stride; no address depends on it.
+        strides[k] = v.shape()[k] > 1 ? v.strides()[k] / static_cast<std::int64_t>(sizeof(T)) : 0;
+      }
+      ref_ = ArrayRef<element_type, N>(data, shape, strides);
+    }
     view_ = std::move(v);
   }
 
   /// Why `v` does not fit this signature, or "" when it does.
   static std::string rejection(const View& v) {
+    if (fits(v)) return {};
     const std::string sig = signature();
     const DType& want = dtype_of<std::remove_const_t<T>>();
     if (!(v.dtype() == want))
@@ -111,7 +142,7 @@ class array {
                std::to_string(v.strides()[k]) + " bytes) is not a multiple of the item size " +
                std::to_string(sizeof(T));
     }
-    return {};
+    return sig + ": not accepted";
   }
 
   /// "cai.array[<f4, ndim=2, c_contig, writable]", for messages.
@@ -135,11 +166,6 @@ class array {
   sync::SyncState& sync_state() const noexcept { return *view_.sync(); }
 
  private:
-  static View without_mask(View v) {
-    v.set_mask(nullptr);
-    return v;
-  }
-
   View view_;
   ArrayRef<element_type, N> ref_{};
 };
@@ -255,9 +281,12 @@ struct type_caster<cai::nb::array<T, N, Opts...>> {
         PyErr_Clear();
         return false;
       }
+      if (Value::fits(v)) {
+        value.adopt(std::move(v));
+        return true;
+      }
+      if (!(flags & (uint8_t)cast_flags::convert)) return false;
       failure = Value::rejection(v);
-      if (!failure.empty()) return (flags & (uint8_t)cast_flags::convert) != 0;
-      value = Value(std::move(v));
       return true;
     } catch (...) {
       PyErr_Clear();
