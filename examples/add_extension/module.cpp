@@ -32,13 +32,13 @@ void add(In<T> a, In<T> b, Out<T> out, cai::nb::stream s) {
   cai::nb::stream_order order(s, a, b, out);  // CAI v3: wait for the producers' streams
   if (cai::device::sim::active()) {
     // The simulator's stand-in for the kernel: a task on the stream, with its accesses declared
-    // so that the race detector checks it like any kernel. The Views keep the memory alive.
+    // so that the race detector checks it like any kernel. Like a kernel, it does not own the
+    // memory: the caller keeps the arrays alive (the simulator's free waits for pending work).
     const cai::device::sim::Access accesses[] = {
         access<T>(a.view(), false), access<T>(b.view(), false), access<T>(out.view(), true)};
     cai::device::sim::enqueue_task(
         s.handle(), accesses,
-        [ra = a.ref(), rb = b.ref(), ro = out.ref(),
-         keep = std::vector<cai::View>{a.view(), b.view(), out.view()}] {
+        [ra = a.ref(), rb = b.ref(), ro = out.ref()] {
           for (std::int64_t i = 0; i < ro.shape(0); ++i) ro(i) = ra(i) + rb(i);
         },
         "add_extension.add");

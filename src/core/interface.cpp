@@ -51,6 +51,14 @@ bool restates_typestr(std::span<const DescrEntry> descr, std::string_view typest
                               "' (an unnamed single entry must restate the typestr)");
 }
 
+// Whether a type is, or has a field of, kind 'O'.
+bool holds_objects(const DType& t) {
+  if (t.kind() == Kind::object) return true;
+  for (const Field& field : t.fields())
+    if (holds_objects(field.type)) return true;
+  return false;
+}
+
 }  // namespace
 
 void throw_key_type_error(std::string_view key, std::string_view got, std::string_view expected) {
@@ -95,6 +103,13 @@ Interface validate_interface(const InterfaceFields& f, TypestrOptions options) {
                                   " (descr must describe the typestr's item)");
     }
     out.dtype = std::move(structured);
+  }
+  if (holds_objects(out.dtype)) {
+    fail(Errc::value_error,
+         std::string(f.has_descr && out.dtype.is_structured() ? "descr" : "typestr") + ": '" +
+             std::string(f.typestr) +
+             "' holds Python object pointers (kind 'O'), which mean nothing in device memory "
+             "and cannot be exchanged through the CUDA Array Interface");
   }
   const std::int64_t itemsize = out.dtype.itemsize();
 

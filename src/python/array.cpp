@@ -99,7 +99,9 @@ const void* buffer_ptr(nb::handle arr) {
 
 void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream) {
   nb::object host = host_array(value, dst);
-  copy_from_host(dst, buffer_ptr(host), stream);
+  const void* ptr = buffer_ptr(host);
+  NoGil nogil;  // waits for the copy
+  copy_from_host(dst, ptr, stream);
 }
 
 // A GPU array: ours, one with the CAI, or a DLPack producer whose data is CUDA memory.
@@ -155,7 +157,7 @@ PyArray* as_py_array(nb::handle obj) noexcept {
 nb::object wrap(View view, nb::object np_dtype) {
   // Construct in place in the new instance: no temporary PyArray to move from.
   nb::object obj = nb::inst_alloc(g_array_type);
-  new (nb::inst_ptr<PyArray>(obj)) PyArray{std::move(view), std::move(np_dtype), {}, {}};
+  new (nb::inst_ptr<PyArray>(obj)) PyArray(std::move(view), std::move(np_dtype));
   nb::inst_mark_ready(obj);
   return obj;
 }
@@ -248,7 +250,7 @@ static nb::object copy_to_host_impl(PyArray& self, nb::handle ary, nb::handle st
   nb::object staging = contiguous ? target : np().attr("empty")(to_tuple(v.shape()), dt);
   {
     void* host = const_cast<void*>(buffer_ptr(staging));
-    nb::gil_scoped_release nogil;
+    NoGil nogil;
     copy_to_host(host, v, s);
   }
   if (!contiguous) target.attr("__setitem__")(nb::ellipsis(), staging);
@@ -309,8 +311,7 @@ void bind_array(nb::module_& m) {
                      if (!a.view.mask()) return nb::none();
                      return wrap(*a.view.mask());
                    })
-      .def_prop_ro("__cuda_array_interface__",
-                   [](PyArray& a) { return export_interface(a); })
+      .def_prop_ro("__cuda_array_interface__", [](PyArray& a) { return export_interface(a); })
       .def("__len__",
            [](const PyArray& a) {
              if (a.view.ndim() == 0) throw_error(Errc::type_error, "len() of a 0-d array");
@@ -418,10 +419,14 @@ void bind_array(nb::module_& m) {
         // The device copy is C or F ordered like the source; the host side is C ordered.
         nb::object host = np().attr("ascontiguousarray")(arr);
         if (fortran) {
-          copy_from_host(v.transpose(), buffer_ptr(np().attr("ascontiguousarray")(arr.attr("T"))),
-                         s);
+          nb::object t = np().attr("ascontiguousarray")(arr.attr("T"));
+          const void* ptr = buffer_ptr(t);
+          NoGil nogil;
+          copy_from_host(v.transpose(), ptr, s);
         } else {
-          copy_from_host(v, buffer_ptr(host), s);
+          const void* ptr = buffer_ptr(host);
+          NoGil nogil;
+          copy_from_host(v, ptr, s);
         }
         return wrap(std::move(v), dt);
       },

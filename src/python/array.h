@@ -16,10 +16,19 @@ namespace cai::python {
 /// cai.DeviceNDArray: a View plus Python-side caches.
 struct PyArray {
   View view;
-  nb::object np_dtype;  ///< numpy.dtype, built on first use
+  nb::object np_dtype;   ///< numpy.dtype, built on first use
   nb::object cai_fixed;  ///< the immutable entries of __cuda_array_interface__, on first use
   /// Element strides for DLTensors that borrow from this array (built on first use).
   std::unique_ptr<const Dims> element_strides;
+
+  PyArray(View v, nb::object dtype) : view(std::move(v)), np_dtype(std::move(dtype)) {}
+  PyArray(const PyArray&) = delete;
+  PyArray& operator=(const PyArray&) = delete;
+  ~PyArray() {
+    // At exit, memory is leaked rather than freed: a free waits for the stream work queued on
+    // the memory, and exit must not wait for (possibly delayed) streams.
+    if (py_finalizing()) new View(std::move(view));
+  }
 };
 
 /// Wraps a View in a new cai.DeviceNDArray.

@@ -35,6 +35,30 @@ sync::StreamRef library_default_stream();
 /// or an object with __cuda_stream__. `fallback` is what 0/None mean at this call site.
 sync::StreamRef stream_arg(nb::handle obj, const char* entry, const sync::StreamRef& fallback);
 
+/// True while the interpreter shuts down.
+inline bool py_finalizing() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+/// Releases the GIL around a blocking wait. Unlike nb::gil_scoped_release, it never tries to
+/// take the GIL back once the interpreter is finalizing: a daemon thread still waiting at exit
+/// would otherwise be unwound by the interpreter through a noexcept destructor and abort the
+/// process. Such a thread parks instead (the process is exiting), as Python 3.14 does.
+class NoGil {
+ public:
+  NoGil() : state_(PyEval_SaveThread()) {}
+  ~NoGil();
+  NoGil(const NoGil&) = delete;
+  NoGil& operator=(const NoGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
 /// Run-time switches (cai.config).
 struct Config {
   bool import_sync = true;

@@ -105,7 +105,7 @@ void bind_device(nb::module_& m) {
           "True when cai created the stream and destroys it with this object.")
       .def("synchronize",
            [](const PyStream& s) {
-             nb::gil_scoped_release nogil;
+             NoGil nogil;
              backend().stream_synchronize(s.handle());
            })
       .def(
@@ -166,7 +166,7 @@ void bind_device(nb::module_& m) {
           "Makes later work on `stream` wait for this event; the host does not block.")
       .def("synchronize",
            [](const PyEvent& e) {
-             nb::gil_scoped_release nogil;
+             NoGil nogil;
              backend().event_synchronize(e.event->handle());
            })
       .def("query", [](const PyEvent& e) { return backend().event_query(e.event->handle()); })
@@ -183,7 +183,7 @@ void bind_device(nb::module_& m) {
   m.def(
       "synchronize",
       [] {
-        nb::gil_scoped_release nogil;
+        NoGil nogil;
         backend().synchronize();
       },
       "Waits for all work on the current device.");

@@ -60,14 +60,58 @@ nb::object make_capsule(Managed* t, const char* name, PyCapsule_Destructor destr
   return nb::steal(cap);
 }
 
+// repr() for a message: short, and the type name where repr itself fails (hostile input).
+std::string short_repr(nb::handle o) {
+  PyObject* r = PyObject_Repr(o.ptr());
+  if (!r) {
+    PyErr_Clear();
+    return nb::inst_name(o).c_str();
+  }
+  nb::object ro = nb::steal(r);
+  const char* c = PyUnicode_AsUTF8(r);
+  if (!c) {
+    PyErr_Clear();
+    return nb::inst_name(o).c_str();
+  }
+  std::string out(c);
+  if (out.size() > 60) out = out.substr(0, 57) + "...";
+  return out;
+}
+
+// A Python int as int64 for argument `what`; a TypeError for anything else (bools included)
+// and `range_errc` for ints beyond int64.
+std::int64_t read_int(nb::handle o, const char* what, Errc range_errc = Errc::value_error) {
+  if (!PyLong_Check(o.ptr()) || PyBool_Check(o.ptr()))
+    throw_error(Errc::type_error, std::string(what) + ": expected an int, got " + short_repr(o));
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(o.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+  if (overflow)
+    throw_error(range_errc, std::string(what) + ": " + nb::repr(o).c_str() +
+                                " is out of range (a 64-bit integer is expected)");
+  return v;
+}
+
+int read_int32(nb::handle o, const char* what) {
+  const std::int64_t v = read_int(o, what);
+  if (v < INT32_MIN || v > INT32_MAX)
+    throw_error(Errc::value_error, std::string(what) + ": " + std::to_string(v) +
+                                       " is out of range (a 32-bit integer is expected)");
+  return static_cast<int>(v);
+}
+
+// A 2-tuple of ints, as (major, minor) or (device_type, device_id).
+std::pair<int, int> read_int_pair(nb::handle o, const char* what) {
+  if (!PyTuple_Check(o.ptr()) || PyTuple_GET_SIZE(o.ptr()) != 2)
+    throw_error(Errc::type_error,
+                std::string(what) + ": expected a tuple (int, int), got " + short_repr(o));
+  return {read_int32(nb::handle(PyTuple_GET_ITEM(o.ptr(), 0)), what),
+          read_int32(nb::handle(PyTuple_GET_ITEM(o.ptr(), 1)), what)};
+}
+
 std::optional<std::pair<int, int>> read_version(nb::handle max_version) {
   if (max_version.is_none()) return std::nullopt;
-  if (!PyTuple_Check(max_version.ptr()) || PyTuple_GET_SIZE(max_version.ptr()) != 2)
-    throw_error(Errc::type_error, std::string("__dlpack__(): max_version must be None or a tuple "
-                                              "(major, minor), got ") +
-                                      nb::repr(max_version).c_str());
-  return std::pair<int, int>{nb::cast<int>(nb::handle(PyTuple_GET_ITEM(max_version.ptr(), 0))),
-                             nb::cast<int>(nb::handle(PyTuple_GET_ITEM(max_version.ptr(), 1)))};
+  return read_int_pair(max_version, "__dlpack__(): max_version");
 }
 
 nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_version,
@@ -76,13 +120,18 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
   const auto version = read_version(max_version);
   const bool versioned = version && version->first >= 1;
   std::optional<bool> copy;
-  if (!copy_arg.is_none()) copy = nb::cast<bool>(copy_arg);
+  if (!copy_arg.is_none()) {
+    if (!PyBool_Check(copy_arg.ptr()))
+      throw_error(Errc::type_error,
+                  std::string("__dlpack__(): copy: expected None or a bool, got ") +
+                      nb::inst_name(copy_arg).c_str());
+    copy = copy_arg.ptr() == Py_True;
+  }
 
   const DLDevice here = dlpack_device(v);
   bool to_host = false;
   if (!dl_device.is_none()) {
-    const auto want = nb::cast<std::tuple<int, int>>(dl_device);
-    const int type = std::get<0>(want), id = std::get<1>(want);
+    const auto [type, id] = read_int_pair(dl_device, "__dlpack__(): dl_device");
     if (type == kDLCPU && here.device_type != kDLCPU) {
       if (copy == false)
         throw_error(Errc::buffer_error,
@@ -106,7 +155,7 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
       throw_error(Errc::type_error, std::string("__dlpack__(): stream must be None or an int, "
                                                 "got ") +
                                         nb::inst_name(stream).c_str());
-    const auto s = nb::cast<std::int64_t>(stream);
+    const auto s = read_int(stream, "__dlpack__(): stream", Errc::buffer_error);
     if (s == 0)
       throw_error(Errc::buffer_error,
                   "__dlpack__(): stream=0 is ambiguous and not allowed for CUDA; use 1 (legacy "
@@ -127,7 +176,7 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
     void* ptr = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(host.attr("ctypes").attr("data")));
     auto s = v.sync()->stream();
     {
-      nb::gil_scoped_release nogil;
+      NoGil nogil;
       copy_to_host(ptr, v, s ? *s : library_default_stream());
     }
     out = View(v.size() == 0 ? 0 : reinterpret_cast<std::uint64_t>(ptr), v.dtype(),
@@ -186,11 +235,11 @@ const DLPackExchangeAPI* exchange_api_of(nb::handle obj) {
   // for the many types that have no table.
   if (PyObject* attr = _PyType_Lookup(type, name)) {
     Py_INCREF(attr);
+    // Only the capsule form: an address given as an int (a draft of 1.3) cannot be checked
+    // and would be dereferenced blindly.
     if (PyCapsule_IsValid(attr, "dlpack_exchange_api"))
       api =
           static_cast<const DLPackExchangeAPI*>(PyCapsule_GetPointer(attr, "dlpack_exchange_api"));
-    else if (PyLong_Check(attr))  // the draft form: an address as an int
-      api = static_cast<const DLPackExchangeAPI*>(PyLong_AsVoidPtr(attr));
     if (PyErr_Occurred()) PyErr_Clear();
     Py_DECREF(attr);
     if (api && (api->header.version.major != DLPACK_MAJOR_VERSION ||
@@ -205,6 +254,9 @@ const DLPackExchangeAPI* exchange_api_of(nb::handle obj) {
 }
 
 nb::object call_dlpack(nb::handle obj, nb::handle stream) {
+  if (!nb::hasattr(obj, "__dlpack__"))
+    throw_error(Errc::type_error, std::string("from_dlpack(): ") + nb::inst_name(obj).c_str() +
+                                      " object has no __dlpack__ (expected a DLPack producer)");
   nb::object method = obj.attr("__dlpack__");
   try {
     return method(nb::arg("stream") = stream, nb::arg("max_version") = nb::make_tuple(1, 3));
@@ -238,6 +290,7 @@ View consume_capsule(nb::handle capsule, DlpackImport& info) {
 // A device copy of a host view (a CPU tensor imported with copy=True).
 View host_to_device(const View& host, const sync::StreamRef& stream) {
   View dst = View::allocate(host.dtype(), host.shape(), false, stream);
+  NoGil nogil;
   cai::copy(dst, host, stream);
   // The host memory belongs to the producer's tensor, released when `host` goes.
   device::backend().stream_synchronize(stream.handle);
@@ -376,7 +429,7 @@ View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const ch
   std::int32_t device_type = kDLCUDA;
   if (nb::hasattr(obj, "__dlpack_device__")) {
     nb::object dev = obj.attr("__dlpack_device__")();
-    device_type = nb::cast<std::int32_t>(dev[0]);
+    device_type = read_int_pair(dev, "__dlpack_device__()").first;
   }
   nb::object stream = nb::none();
   std::optional<device::StreamHandle> ps;

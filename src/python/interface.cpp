@@ -68,9 +68,11 @@ void read_dims(PyObject* o, const char* key, Dims& out) {
                                        " dimensions; at most " + std::to_string(max_ndim) +
                                        " are supported");
   out.resize(static_cast<std::size_t>(n));
-  PyObject** items = PySequence_Fast_ITEMS(o);
+  // A list can be changed by an item's __index__ while we read it: read a tuple copy.
+  nb::object tuple = PyList_Check(o) ? nb::steal(PyList_AsTuple(o)) : nb::borrow(o);
+  if (!tuple.is_valid()) throw nb::python_error();
   for (Py_ssize_t i = 0; i < n; ++i)
-    out[static_cast<std::size_t>(i)] = read_int64(items[i], key, expected);
+    out[static_cast<std::size_t>(i)] = read_int64(PyTuple_GET_ITEM(tuple.ptr(), i), key, expected);
 }
 
 std::string_view read_str(PyObject* o, const char* key) {
@@ -86,8 +88,11 @@ void read_data(PyObject* o, InterfaceFields& f) {
   if (!(PyTuple_Check(o) || PyList_Check(o)) || PySequence_Fast_GET_SIZE(o) != 2)
     throw_key_type_error("data", PyTuple_Check(o) ? "a tuple of another length" : type_name(o),
                          expected);
-  PyObject* p = PySequence_Fast_GET_ITEM(o, 0);
-  PyObject* ro = PySequence_Fast_GET_ITEM(o, 1);
+  // Strong references: the pointer's __index__ may change a list holding them.
+  nb::object p_ref = nb::borrow(PySequence_Fast_GET_ITEM(o, 0));
+  nb::object ro_ref = nb::borrow(PySequence_Fast_GET_ITEM(o, 1));
+  PyObject* p = p_ref.ptr();
+  PyObject* ro = ro_ref.ptr();
   if (PyBool_Check(p) || !PyIndex_Check(p)) throw_key_type_error("data[0]", type_name(p), "an int");
   nb::object pi = nb::steal(PyNumber_Index(p));
   if (!pi.is_valid()) throw nb::python_error();
@@ -165,8 +170,13 @@ std::vector<DescrEntry> descr_from_python(nb::handle list, int depth) {
   for (nb::handle item : list) {
     if (!PyTuple_Check(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) < 2 ||
         PyTuple_GET_SIZE(item.ptr()) > 3)
-      throw_key_type_error("descr entry", nb::repr(item).c_str(),
-                           "a tuple (name, type) or (name, type, shape)");
+      // The type, not a repr: a repr of hostile input can itself fail (deep nesting).
+      throw_key_type_error(
+          "descr entry",
+          PyTuple_Check(item.ptr())
+              ? "a tuple of " + std::to_string(PyTuple_GET_SIZE(item.ptr())) + " items"
+              : type_name(item.ptr()),
+          "a tuple (name, type) or (name, type, shape)");
     DescrEntry e;
     nb::handle name = PyTuple_GET_ITEM(item.ptr(), 0);
     // NumPy allows (title, name) pairs as a name; the name is what addresses the field.
@@ -218,7 +228,9 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
   enum Slot { kShape, kTypestr, kData, kVersion, kStrides, kDescr, kMask, kStream, kSlots };
   PyObject* const slot_keys[kSlots] = {k.shape,   k.typestr, k.data, k.version,
                                        k.strides, k.descr,   k.mask, k.stream};
-  PyObject* value[kSlots] = {};
+  // Strong references: reading one value can run Python code (__index__, a mask's
+  // property) that changes the dict and would free the others (the typestr is read in place).
+  nb::object value[kSlots];
   Py_ssize_t pos = 0;
   PyObject *key, *item;
   while (PyDict_Next(d, &pos, &key, &item)) {
@@ -228,23 +240,23 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
       slot = 0;
       while (slot < kSlots && PyUnicode_Compare(slot_keys[slot], key) != 0) ++slot;
     }
-    if (slot < kSlots) value[slot] = item;
+    if (slot < kSlots) value[slot] = nb::borrow(item);
   }
   InterfaceFields f;
-  if (PyObject* o = value[kShape]) {
+  if (PyObject* o = value[kShape].ptr()) {
     read_dims(o, "shape", f.shape);
     f.has_shape = true;
   }
-  if (PyObject* o = value[kTypestr]) {
+  if (PyObject* o = value[kTypestr].ptr()) {
     f.typestr = read_str(o, "typestr");
     f.has_typestr = true;
   }
-  if (PyObject* o = value[kData]) read_data(o, f);
-  if (PyObject* o = value[kVersion]) {
+  if (PyObject* o = value[kData].ptr()) read_data(o, f);
+  if (PyObject* o = value[kVersion].ptr()) {
     f.version = read_int64(o, "version", "an int");
     f.has_version = true;
   }
-  if (PyObject* o = value[kStrides]) {
+  if (PyObject* o = value[kStrides].ptr()) {
     if (o == Py_None) {
       f.strides_state = Presence::none;
     } else {
@@ -252,11 +264,11 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
       f.strides_state = Presence::given;
     }
   }
-  if (PyObject* o = value[kDescr]; o && o != Py_None) {
+  if (PyObject* o = value[kDescr].ptr(); o && o != Py_None) {
     f.descr = descr_from_python(o);
     f.has_descr = true;
   }
-  if (PyObject* o = value[kStream]) {
+  if (PyObject* o = value[kStream].ptr()) {
     if (o == Py_None) {
       f.stream_state = Presence::none;
     } else {
@@ -267,7 +279,7 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
   // The mask is an object with its own interface: import it first (it must stay alive too).
   std::shared_ptr<const View> mask_view;
   std::optional<Interface> mask_itf;
-  if (PyObject* o = value[kMask]) {
+  if (PyObject* o = value[kMask].ptr()) {
     if (o == Py_None) {
       f.mask_state = Presence::none;
     } else {

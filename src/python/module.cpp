@@ -1,8 +1,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cai/version.h"
@@ -23,6 +25,13 @@ void collect_trace(const std::string& line) {
   g_trace_lines->push_back(line);
 }
 }  // namespace
+
+NoGil::~NoGil() {
+  if (py_finalizing()) {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+  PyEval_RestoreThread(state_);
+}
 
 Config& config() {
   static Config c;

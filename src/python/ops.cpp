@@ -25,7 +25,7 @@ void bind_ops(nb::module_& m) {
         View d = import_view(dst, true, "copy()");
         View s = import_view(src, true, "copy()");
         const auto st = op_stream(stream, d, "copy()");
-        nb::gil_scoped_release nogil;
+        NoGil nogil;  // an overlapping copy waits for its staging buffer
         copy(d, s, st);
       },
       nb::arg("dst"), nb::arg("src"), nb::arg("stream").none() = 0,
@@ -50,7 +50,6 @@ void bind_ops(nb::module_& m) {
         View vb = import_view(b, true, "add()");
         View vo = import_view(out, true, "add()");
         const auto st = op_stream(stream, vo, "add()");
-        nb::gil_scoped_release nogil;
         add(vo, va, vb, st);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("out"), nb::arg("stream").none() = 0,
