@@ -343,6 +343,13 @@ def build(spec, ctx):
         return StrSub(arg)
     if tag == "$int_sub":
         return IntSub(arg)
+    if tag == "$deep_list":
+        deep = 0
+        for _ in range(arg):
+            deep = [deep]
+        return deep
+    if tag == "$slice":
+        return slice(*arg)
     if tag == "$repeat":
         value, n = arg
         return tuple(build(value, ctx) for _ in range(n))
@@ -508,6 +515,11 @@ def run_dlpack(case, route, ctx):
         obj = DLProducerNotCallable()
     elif spec.get("numpy"):
         obj = np.arange(6, dtype=np.float32).reshape(BASE_SHAPE)
+    elif "exchange_api" in spec:
+        # A type with a __dlpack_c_exchange_api__ attribute that is not a usable table.
+        cls = type("DLProducerWithAPI", (DLProducer,),
+                   {"__dlpack_c_exchange_api__": build(spec["exchange_api"], ctx)})
+        obj = cls(spec, ctx, factory)
     else:
         obj = DLProducer(spec, ctx, factory)
     if spec.get("reuse"):
@@ -520,10 +532,11 @@ def run_dlpack(case, route, ctx):
         check_deleters(factory)
 
 
-def check_deleters(factory):
+def check_deleters(factory, collect=True):
     """Every capsule cai consumed (renamed used_...) has its deleter run exactly once, once the
     import has failed (or later, when the array goes); capsules it did not take are untouched."""
-    gc.collect()
+    if collect:
+        gc.collect()
     consumed = [m for cap, m in factory.made if capsule_name(cap).startswith("used_")]
     deleted = list(factory.deleted)
     for m in consumed:
@@ -610,3 +623,118 @@ def test_corpus_size_and_shape():
     kinds = {k: sum(c["kind"] == k for c in CASES) for k in ("cai", "attr", "dlpack", "export",
                                                            "call")}
     assert all(kinds.values()), kinds
+
+
+# ----- producers that change their dict while cai reads it ------------------------------------
+#
+# A dict's values are borrowed while the binding reads it, and reading can run Python code
+# (__index__ of a size, the mask's __cuda_array_interface__). Code that replaces a value frees it.
+# Whatever cai then reports must come from what it read, never from freed memory. Each scenario
+# runs in a subprocess: under ASan (scripts/sanitize.sh) a use-after-free aborts it. (All four
+# were heap-use-after-free bugs in src/python/interface.cpp - the typestr string_view, read_dims'
+# item array, read_data's borrowed flag - fixed by holding strong references.)
+
+MUTATION_PRELUDE = """
+import os, sys
+os.environ.setdefault("CAI_BACKEND", "sim")
+import numpy as np, cai
+src = cai.to_device(np.zeros(6, dtype=np.float32))
+mask_src = cai.to_device(np.ones(6, dtype=np.bool_))
+def fresh(*parts):
+    return "".join(parts)          # a new str object, owned by whoever stores it
+class Hook:
+    # __index__ runs `fn` then returns `value`
+    def __init__(self, value, fn):
+        self.value, self.fn = value, fn
+    def __index__(self):
+        self.fn()
+        return self.value
+def report(make):
+    outcomes = []
+    for _ in range(5):
+        try:
+            a = make()
+            outcomes.append(("ok", a.dtype.str, a.shape, a.readonly))
+        except Exception as e:
+            outcomes.append((type(e).__name__, str(e)))
+    print(repr(outcomes))
+"""
+
+MUTATIONS = {
+    # The mask's property replaces the data's typestr (read before the mask) with an int.
+    "typestr-freed-by-mask": """
+def make():
+    outer = dict(src.__cuda_array_interface__)
+    outer["typestr"] = fresh("<", "f", "4")
+    class Evil:
+        @property
+        def __cuda_array_interface__(self):
+            outer["typestr"] = 12345
+            Evil.junk = [fresh("|", "S", str(k % 10)) for k in range(50)]
+            return mask_src.__cuda_array_interface__
+    outer["mask"] = Evil()
+    return cai.from_cuda_array_interface(outer, owner=src)
+report(make)
+""",
+    # The version's __index__ replaces the typestr (read before the version).
+    "typestr-freed-by-version-index": """
+def make():
+    outer = dict(src.__cuda_array_interface__)
+    outer["typestr"] = fresh("<", "f", "4")
+    def evil():
+        outer["typestr"] = 12345
+        evil.junk = [fresh("|", "b", "1") for k in range(50)]
+    outer["version"] = Hook(3, evil)
+    return cai.from_cuda_array_interface(outer, owner=src)
+report(make)
+""",
+    # A shape list whose first size clears the list: the later sizes are read from freed items.
+    "shape-list-cleared-by-index": """
+def make():
+    outer = dict(src.__cuda_array_interface__)
+    shape = []
+    def evil():
+        shape.clear()
+        evil.junk = [[fresh("a", "b"), fresh("c", "d")] for k in range(50)]
+    shape.extend([Hook(2, evil), 3])
+    outer["shape"] = shape
+    return cai.from_cuda_array_interface(outer, owner=src)
+report(make)
+""",
+    # A data list whose pointer replaces the read-only flag (borrowed before the pointer is read).
+    "data-flag-freed-by-pointer-index": """
+class Flag(int):
+    pass
+def make():
+    outer = dict(src.__cuda_array_interface__)
+    data = [None, Flag(1)]
+    def evil():
+        data[1] = True
+        evil.junk = [fresh("x", str(k)) for k in range(50)]
+    data[0] = Hook(src.ptr, evil)
+    outer["data"] = data
+    return cai.from_cuda_array_interface(outer, owner=src)
+report(make)
+""",
+}
+
+# What each scenario may legitimately give: the values cai read before the change, or a clean error.
+MUTATION_OK = {
+    "typestr-freed-by-mask": lambda o: o[0] == "ok" and o[1] == "<f4" or o[0] in (
+        "TypeError", "ValueError") and "typestr" in o[1] and "12345" in o[1],
+    "typestr-freed-by-version-index": lambda o: o[0] == "ok" and o[1] == "<f4" or o[0] in (
+        "TypeError", "ValueError") and "typestr" in o[1] and "12345" in o[1],
+    "shape-list-cleared-by-index": lambda o: o[0] == "ok" and o[2] in ((2, 3), (2,)) or o[0] in (
+        "ValueError", "RuntimeError") and "shape" in o[1],
+    "data-flag-freed-by-pointer-index": lambda o: o[0] == "ok" and o[3] is True,
+}
+
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_dict_changed_while_read(name):
+    r = subprocess.run([sys.executable, "-c", MUTATION_PRELUDE + MUTATIONS[name]],
+                       capture_output=True, text=True, timeout=60,
+                       env=os.environ | {"CAI_BACKEND": "sim"})
+    assert r.returncode == 0, f"exit code {r.returncode}: {r.stderr[-3000:]}"
+    outcomes = eval(r.stdout.strip().splitlines()[-1])  # noqa: S307 (our own repr)
+    for o in outcomes:
+        assert MUTATION_OK[name](o), (name, o)
