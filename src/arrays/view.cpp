@@ -10,6 +10,7 @@ DeviceBuffer::DeviceBuffer(device::MemoryKind kind, std::size_t bytes)
     : ptr_(device::backend().alloc(kind, bytes)), bytes_(bytes), kind_(kind) {}
 
 DeviceBuffer::~DeviceBuffer() {
+  if (device::exiting()) return;  // leaked: freeing would wait for the streams
   try {
     device::backend().free(ptr_);
   } catch (...) {

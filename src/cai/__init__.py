@@ -31,7 +31,12 @@ from ._cai import (
     synchronize,
     to_device,
 )
-from ._cai import ops, sim
+from ._cai import ops, sim, _set_exiting
+import atexit as _atexit
+
+# Freeing device memory waits for the streams that use it; at exit, nothing should wait.
+_atexit.register(_set_exiting)
+del _atexit
 from . import config
 from ._tile import Array
 

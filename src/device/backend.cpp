@@ -28,7 +28,15 @@ std::unique_ptr<Backend> select_backend(std::string_view env_value) {
 
 namespace {
 std::atomic<Backend*> g_adopted{nullptr};
+std::atomic<bool> g_exiting{false};
 }  // namespace
+
+void set_exiting() noexcept {
+  g_exiting.store(true, std::memory_order_relaxed);
+}
+bool exiting() noexcept {
+  return g_exiting.load(std::memory_order_relaxed);
+}
 
 void adopt_backend(Backend* shared) noexcept {
   g_adopted.store(shared, std::memory_order_release);

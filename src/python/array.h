@@ -24,11 +24,8 @@ struct PyArray {
   PyArray(View v, nb::object dtype) : view(std::move(v)), np_dtype(std::move(dtype)) {}
   PyArray(const PyArray&) = delete;
   PyArray& operator=(const PyArray&) = delete;
-  ~PyArray() {
-    // At exit, memory is leaked rather than freed: a free waits for the stream work queued on
-    // the memory, and exit must not wait for (possibly delayed) streams.
-    if (py_finalizing()) new View(std::move(view));
-  }
+  // At exit, device memory is leaked rather than freed (see device::set_exiting), while the
+  // Python owners are released normally.
 };
 
 /// Wraps a View in a new cai.DeviceNDArray.

@@ -5,6 +5,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "cai/arrays/dlpack.h"
@@ -303,8 +304,10 @@ View finish_import(View v, const DlpackImport& info, std::optional<bool> copy,
   if (info.device.device_type == kDLCPU) {
     if (copy != true)
       throw_error(Errc::buffer_error,
-                  std::string(entry) +
-                      ": the tensor is in CPU memory; pass copy=True to copy it to the device");
+                  std::string(entry) + ": the tensor is in CPU memory, not on the device; " +
+                      (copy.has_value() || std::string_view(entry) == "from_dlpack()"
+                           ? "pass copy=True to copy it to the device"
+                           : "copy it with cai.to_device() or cai.from_dlpack(obj, copy=True)"));
     return host_to_device(v, library_default_stream());
   }
   if (!is_cuda_like(info.device.device_type))

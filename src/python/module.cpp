@@ -1,6 +1,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cxxabi.h>
+
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -26,11 +28,26 @@ void collect_trace(const std::string& line) {
 }
 }  // namespace
 
+namespace {
+unsigned long g_main_thread = 0;  // Python's main thread, read at import
+}  // namespace
+
+[[noreturn]] void park_forever() {
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
 NoGil::~NoGil() {
-  if (py_finalizing()) {
-    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  // Only other threads are stopped by the interpreter at exit; the main thread (running
+  // finalizers, say) takes the GIL back as usual.
+  if (py_finalizing() && PyThread_get_thread_ident() != g_main_thread) park_forever();
+  try {
+    PyEval_RestoreThread(state_);
+  } catch (abi::__forced_unwind&) {
+    // Finalization began after the check: Python ends this thread with pthread_exit, whose
+    // unwinding would reach a noexcept frame and abort. The process is exiting: park here
+    // (never leaving the handler, so the unwind is not swallowed).
+    park_forever();
   }
-  PyEval_RestoreThread(state_);
 }
 
 Config& config() {
@@ -43,6 +60,8 @@ Config& config() {
 NB_MODULE(_cai, m) {
   using namespace cai::python;
   m.doc() = "cai: CUDA Array Interface and DLPack exchange (compiled core)";
+  g_main_thread = nb::cast<unsigned long>(
+      nb::module_::import_("threading").attr("main_thread")().attr("ident"));
   m.attr("__version__") =
       CAI_STR(CAI_VERSION_MAJOR) "." CAI_STR(CAI_VERSION_MINOR) "." CAI_STR(CAI_VERSION_PATCH);
   bind_errors(m);
@@ -53,6 +72,9 @@ NB_MODULE(_cai, m) {
   bind_dlpack(m);
   bind_probes(m);
   bind_capi(m);
+  m.def(
+      "_set_exiting", [] { cai::device::set_exiting(); },
+      "Called at exit (atexit): leak device memory instead of waiting for streams to free it.");
   m.def("_get_import_sync", [] { return config().import_sync; });
   m.def("_set_import_sync", [](bool v) { config().import_sync = v; });
   m.def("_get_export_stream", [] { return config().export_stream; });

@@ -27,15 +27,29 @@ EventHandle scratch_event(device::Backend& backend) {
   struct Cache {
     device::Backend* backend = nullptr;
     std::vector<device::EventHandle> by_device;
+    void release() noexcept {
+      // Not at process exit: the driver may already be gone then.
+      if (backend && !device::exiting()) {
+        for (auto ev : by_device) {
+          try {
+            if (ev) backend->event_destroy(ev);
+          } catch (...) {
+          }
+        }
+      }
+      by_device.clear();
+    }
+    ~Cache() { release(); }
   };
-  // Leaked on purpose: destroying events from thread-exit destructors can run after the
-  // driver has shut down.
-  thread_local Cache* cache = new Cache;
-  if (cache->backend != &backend) *cache = Cache{&backend, {}};
+  thread_local Cache cache;
+  if (cache.backend != &backend) {
+    cache.release();
+    cache.backend = &backend;
+  }
   const int dev = backend.current_device();
-  if (static_cast<std::size_t>(dev) >= cache->by_device.size())
-    cache->by_device.resize(static_cast<std::size_t>(dev) + 1, 0);
-  auto& ev = cache->by_device[static_cast<std::size_t>(dev)];
+  if (static_cast<std::size_t>(dev) >= cache.by_device.size())
+    cache.by_device.resize(static_cast<std::size_t>(dev) + 1, 0);
+  auto& ev = cache.by_device[static_cast<std::size_t>(dev)];
   if (ev == 0) ev = backend.event_create(/*timing=*/false);
   return ev;
 }

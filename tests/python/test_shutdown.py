@@ -226,18 +226,6 @@ BUGS = {
                                    GIL_BUG_CALLBACK, True),
 }
 
-# Scenarios that leak their Python owners at exit since src/python/array.h ~PyArray leaks the
-# whole View while the interpreter finalizes (to avoid waiting in a free).
-LEAK_AT_EXIT_BUG = (
-    "BUG: src/python/array.h ~PyArray() does `new View(std::move(view))` when py_finalizing(): "
-    "the View's owner (an imported producer, or a cai array given as owner=) is then never "
-    "released, and nanobind reports 'leaked 1 instances' at exit. Fix: at exit leak only the "
-    "device memory (skip the waiting free), not the Python owners; e.g. release the owner "
-    "and make DeviceBuffer's release non-blocking when finalizing")
-LEAK_AT_EXIT = {"arrays-in-the-cai-module", "finalizers-that-use-cai", "imported-foreign-producers",
-                "masked-arrays", "pending-delayed-stream-work", "sys-exit-from-main"}
-
-
 @pytest.fixture(scope="module")
 def helpers_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("shutdown")
@@ -267,14 +255,12 @@ def check_clean_exit(r, took, allow_leaks=False, limit=4.0):
     assert took < limit, f"the process took {took:.1f} s"
 
 
-# Scenarios with 2 s delays may take that long (a live array's free waits for its stream: see
-# exit-waits-for-delayed-work); everything else must be quick.
+# Scenarios with 2 s delays may take that long when the body itself waits; everything else
+# must be quick.
 SLOW = {"pending-delayed-stream-work": 8.0, "pending-work-on-default-streams": 8.0}
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=[pytest.mark.xfail(strict=True, reason=LEAK_AT_EXIT_BUG)]
-                 if n in LEAK_AT_EXIT else []) for n in sorted(SCENARIOS)])
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_exit_with_live_objects(name, helpers_dir):
     r, took = run(SCENARIOS[name], helpers_dir)
     check_clean_exit(r, took, limit=SLOW.get(name, 4.0))
@@ -306,7 +292,6 @@ def test_exit_does_not_wait_for_delayed_work(helpers_dir):
     check_clean_exit(r, took, limit=3.0)
 
 
-@pytest.mark.xfail(strict=True, reason=LEAK_AT_EXIT_BUG)
 def test_all_scenarios_in_one_process(helpers_dir):
     """Everything at once (the order of teardown differs from the single scenarios). The
     finalizer scenario is left out: here its __del__ runs after sys.modules is cleared, where

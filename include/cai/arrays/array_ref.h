@@ -182,7 +182,8 @@ class ArrayRef {
     }
 #endif
     ArrayRef out = *this;
-    out.data_ = data_ + start * strides_[ax];
+    // No arithmetic on the null pointer of an empty view (undefined behaviour).
+    if (data_ != nullptr) out.data_ = data_ + start * strides_[ax];
     out.shape_[ax] = stop - start;
     return out;
   }

@@ -128,6 +128,12 @@ Backend& backend();
 /// package, so that one process has one simulator or one set of CUDA contexts.
 void adopt_backend(Backend* shared) noexcept;
 
+/// Marks the process as exiting (the Python package does it from an atexit hook): from then on
+/// cai leaks device memory and events instead of freeing them, since a free waits for the work
+/// queued on the memory and exit must not wait for (possibly slow) streams.
+void set_exiting() noexcept;
+bool exiting() noexcept;
+
 /// True when a CUDA driver with at least one device can be loaded (never throws).
 bool cuda_available();
 
