@@ -78,13 +78,13 @@ constexpr std::int64_t kInts[] = {0,
                                   kMin,
                                   kMin + 1,
                                   -(std::int64_t{1} << 62)};
-constexpr std::uint64_t kPtrs[] = {0,          1,          8,           256,
-                                   0x7f000000, 0xdeadbeef, ~0ull,       ~0ull - 255,
-                                   1ull << 63, 1ull << 48, 0x51000001ull};
-constexpr const char* kTypestrs[] = {"<f4", "<f8",  ">f8",  "|b1", "<i2", "|u1", "<c16",
-                                     "<i8", "|S5",  "<U3",  "|V4", "<V2", "|V0", "<M8[ns]",
-                                     ">m8", "|O",   "<f16", "<t8", "<f3", "",    "<f2",
-                                     "|i1", "=f4",  "<b1",  "<V8", "|V16", "<c8", "|S0"};
+constexpr std::uint64_t kPtrs[] = {
+    0,     1,           8,          256,        0x7f000000,   0xdeadbeef,
+    ~0ull, ~0ull - 255, 1ull << 63, 1ull << 48, 0x51000001ull};
+constexpr const char* kTypestrs[] = {"<f4", "<f8", ">f8",  "|b1", "<i2",  "|u1", "<c16",
+                                     "<i8", "|S5", "<U3",  "|V4", "<V2",  "|V0", "<M8[ns]",
+                                     ">m8", "|O",  "<f16", "<t8", "<f3",  "",    "<f2",
+                                     "|i1", "=f4", "<b1",  "<V8", "|V16", "<c8", "|S0"};
 constexpr const char* kNames[] = {"", "", "a", "b", "f0", "f1", "x"};
 constexpr std::int64_t kSubDims[] = {0, 1, 2, 3, -1, 2147483647, std::int64_t{1} << 31};
 
@@ -130,14 +130,17 @@ struct Decoded {
   cai::InterfaceFields fields;
   std::string typestr;
   std::optional<cai::Interface> mask;  // validated mask, pointed to by fields.mask
-  bool mask_invalid = false;            // the mask's own descriptor was rejected
+  bool mask_invalid = false;           // the mask's own descriptor was rejected
 };
 
 cai::Presence presence(std::uint8_t bits) {
   switch (bits % 3) {
-    case 0: return cai::Presence::absent;
-    case 1: return cai::Presence::none;
-    default: return cai::Presence::given;
+    case 0:
+      return cai::Presence::absent;
+    case 1:
+      return cai::Presence::none;
+    default:
+      return cai::Presence::given;
   }
 }
 
@@ -208,8 +211,14 @@ void decode(Reader& r, Decoded& out, int depth, cai::TypestrOptions options) {
   }
 }
 
-constexpr std::string_view kKeys[] = {"__cuda_array_interface__: ", "shape: ", "typestr: ",
-                                      "data: ", "version: ", "strides: ", "descr", "mask: ",
+constexpr std::string_view kKeys[] = {"__cuda_array_interface__: ",
+                                      "shape: ",
+                                      "typestr: ",
+                                      "data: ",
+                                      "version: ",
+                                      "strides: ",
+                                      "descr",
+                                      "mask: ",
                                       "stream: "};
 
 void check_error(const cai::Error& e) {

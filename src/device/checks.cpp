@@ -15,12 +15,6 @@ namespace cai::device::detail {
 
 namespace {
 
-std::string hex(std::uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 std::int64_t mul_or_throw(std::string_view where, std::int64_t a, std::int64_t b) {
   std::int64_t r;
   if (__builtin_mul_overflow(a, b, &r)) {
@@ -76,6 +70,12 @@ void add_int(Operand out, Operand a, Operand b, std::span<const std::int64_t> sh
 }
 
 }  // namespace
+
+std::string hex(std::uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
 
 void check_stream_handle(StreamHandle s, std::string_view where) {
   if (s == 0) {

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "cai/device/backend.h"
@@ -97,6 +98,9 @@ void host_add(Operand out, Operand a, Operand b, std::span<const std::int64_t> s
 /// IEEE binary16 conversions (round to nearest even), exposed for tests.
 float half_to_float(std::uint16_t h);
 std::uint16_t float_to_half(float f);
+
+/// "0x7f12..." for messages.
+std::string hex(std::uint64_t v);
 
 /// "b8", "f16", ...
 std::string_view element_type_name(ElementType type);

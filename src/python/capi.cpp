@@ -8,21 +8,6 @@ namespace cai::python {
 
 namespace {
 
-template <class F>
-int guarded(F&& f) noexcept {
-  try {
-    f();
-    return 0;
-  } catch (const Error& e) {
-    set_python_error(e);
-  } catch (nb::python_error& e) {
-    e.restore();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return -1;
-}
-
 int capi_backend(device::Backend** out) {
   return guarded([&] { *out = &device::backend(); });
 }

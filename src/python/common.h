@@ -69,6 +69,23 @@ Config& config();
 /// Sets the Python exception that stands for `e` (TypeError, ValueError, cai.RaceError, ...).
 void set_python_error(const Error& e) noexcept;
 
+/// Runs f for a C entry point (the C API, the DLPack exchange table): 0 on success, or -1 with
+/// the Python exception set; nothing escapes.
+template <class F>
+int guarded(F&& f) noexcept {
+  try {
+    f();
+    return 0;
+  } catch (const Error& e) {
+    set_python_error(e);
+  } catch (nb::python_error& e) {
+    e.restore();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return -1;
+}
+
 void bind_errors(nb::module_& m);
 void bind_core(nb::module_& m);
 void bind_device(nb::module_& m);

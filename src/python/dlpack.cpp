@@ -329,24 +329,6 @@ View finish_import(View v, const DlpackImport& info, std::optional<bool> copy,
 
 // ----- our C exchange API table ----------------------------------------------------------------
 
-template <class F>
-int guarded(F&& f) noexcept {
-  try {
-    f();
-    return 0;
-  } catch (const Error& e) {
-    PyErr_SetString(e.code() == Errc::buffer_error ? PyExc_BufferError
-                    : e.code() == Errc::type_error ? PyExc_TypeError
-                                                   : PyExc_ValueError,
-                    e.what());
-  } catch (nb::python_error& e) {
-    e.restore();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return -1;
-}
-
 int api_allocator(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
                   void (*set_error)(void*, const char*, const char*)) {
   try {

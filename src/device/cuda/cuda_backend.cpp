@@ -94,6 +94,7 @@ using detail::check_operand;
 using detail::check_range;
 using detail::check_shape;
 using detail::check_stream_handle;
+using detail::hex;
 using detail::kMaxDims;
 using namespace cai::device::cuda_kernels;
 
@@ -101,12 +102,6 @@ constexpr std::size_t kCopy = 0, kFill = 5, kAdd = 10;
 constexpr std::size_t kKernelCount = kAdd + 14;
 // Enough blocks to fill any current GPU; the kernels loop over the rest (grid-stride).
 constexpr std::int64_t kMaxBlocks = 65535;
-
-std::string hex(std::uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 std::string version_text(int v) {
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);

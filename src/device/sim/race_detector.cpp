@@ -10,12 +10,6 @@ namespace cai::device::detail {
 
 namespace {
 
-std::string hex(std::uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 // Sorts and merges overlapping or touching runs; all of one kind.
 void merge_sorted(std::vector<AccessRun>& v) {
   std::sort(v.begin(), v.end(), [](const AccessRun& a, const AccessRun& b) { return a.lo < b.lo; });

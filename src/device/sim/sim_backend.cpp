@@ -24,12 +24,6 @@ constexpr std::uint64_t kContextBase = 0xc000000000;
 constexpr std::size_t kAlignment = 256;
 constexpr int kMaxDevices = 64;
 
-std::string hex(std::uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 std::string range_text(std::uint64_t lo, std::uint64_t hi) {
   return "[" + hex(lo) + "+" + std::to_string(hi - lo) + ")";
 }

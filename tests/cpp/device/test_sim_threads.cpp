@@ -210,7 +210,9 @@ const bool g_sim = [] {
   return true;
 }();
 
-DType i32() { return DType::from_typestr("<i4"); }
+DType i32() {
+  return DType::from_typestr("<i4");
+}
 
 sync::StreamRef new_stream() {
   auto owned = OwnedStream::create(/*non_blocking=*/true);
@@ -230,7 +232,8 @@ TEST(SimThreadsArrays, ops_from_eight_threads) {
     const sync::StreamRef s = new_stream();
     const std::int64_t shape[] = {kN};
     std::vector<std::int32_t> src(kN);
-    for (std::int64_t k = 0; k < kN; ++k) src[static_cast<std::size_t>(k)] = i + static_cast<int>(k);
+    for (std::int64_t k = 0; k < kN; ++k)
+      src[static_cast<std::size_t>(k)] = i + static_cast<int>(k);
     for (int iter = 0; iter < 20; ++iter) {
       View a = View::allocate(i32(), shape, false, s);
       View b = View::allocate(i32(), shape, false, s);
