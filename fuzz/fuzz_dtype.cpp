@@ -9,29 +9,12 @@
 
 #include "cai/core/dtype.h"
 #include "cai/core/error.h"
+#include "fuzz_reader.h"
 
 namespace {
 
-// Stops the fuzzer on a broken invariant (a crash is what libFuzzer reports).
-void check(bool ok) {
-  if (!ok) __builtin_trap();
-}
-
-class Reader {
- public:
-  Reader(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
-  std::uint8_t byte() { return pos_ < size_ ? data_[pos_++] : 0; }
-  std::string bytes(std::size_t n) {
-    std::string out;
-    while (n-- > 0 && pos_ < size_) out += static_cast<char>(data_[pos_++]);
-    return out;
-  }
-
- private:
-  const std::uint8_t* data_;
-  std::size_t size_;
-  std::size_t pos_ = 0;
-};
+using cai_fuzz::check;
+using cai_fuzz::Reader;
 
 constexpr const char* kNames[] = {"", "", "a", "b", "f0", "f1", "x"};
 constexpr const char* kTypestrs[] = {"<f4", ">f8", "|b1",  "<i2", "|u1", "<c16",

@@ -21,34 +21,12 @@
 
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
+#include "fuzz_reader.h"
 
 namespace {
 
-// Stops the fuzzer on a broken invariant (a crash is what libFuzzer reports).
-void check(bool ok) {
-  if (!ok) __builtin_trap();
-}
-
-class Reader {
- public:
-  Reader(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
-  std::uint8_t byte() { return pos_ < size_ ? data_[pos_++] : 0; }
-  std::uint64_t u64() {
-    std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v = (v << 8) | byte();
-    return v;
-  }
-  std::string bytes(std::size_t n) {
-    std::string out;
-    while (n-- > 0 && pos_ < size_) out += static_cast<char>(data_[pos_++]);
-    return out;
-  }
-
- private:
-  const std::uint8_t* data_;
-  std::size_t size_;
-  std::size_t pos_ = 0;
-};
+using cai_fuzz::check;
+using cai_fuzz::Reader;
 
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();

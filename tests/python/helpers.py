@@ -50,3 +50,29 @@ def host_bytes(arr):
     if arr.dtype.names:
         return b"".join(host_bytes(arr[name]) for name in arr.dtype.names)
     return np.ascontiguousarray(arr).tobytes()
+
+
+class DictProducer:
+    """A foreign CAI producer over a fixed dict (a new copy per read, like CuPy and Numba);
+    `keep` is what keeps the memory alive, as a real producer owns it."""
+
+    def __init__(self, desc, keep=None):
+        self.desc = desc
+        self.keep = keep
+
+    @property
+    def __cuda_array_interface__(self):
+        return dict(self.desc)
+
+
+class DLWrapper:
+    """A foreign DLPack producer over a cai array (no C exchange API: the capsule road)."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def __dlpack__(self, **kwargs):
+        return self.arr.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()

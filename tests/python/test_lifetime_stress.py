@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import cai  # noqa: E402
+from helpers import DLWrapper, DictProducer as Producer  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -28,31 +29,6 @@ def rss():
 def collect():
     gc.collect()
     gc.collect()
-
-
-class Producer:
-    """A foreign CAI producer (a new dict per read, like CuPy and Numba)."""
-
-    def __init__(self, desc, keep=None):
-        self.desc = desc
-        self.keep = keep    # what keeps the memory alive (a real producer owns it)
-
-    @property
-    def __cuda_array_interface__(self):
-        return dict(self.desc)
-
-
-class DLWrapper:
-    """A foreign DLPack producer (no C exchange API: the capsule road) over a cai array."""
-
-    def __init__(self, arr):
-        self.arr = arr
-
-    def __dlpack__(self, **kwargs):
-        return self.arr.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.arr.__dlpack_device__()
 
 
 class CapsuleOnce:

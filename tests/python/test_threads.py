@@ -15,28 +15,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import cai  # noqa: E402
+from helpers import DLWrapper, DictProducer as Producer  # noqa: E402
 
 THREADS = 8
-
-
-class Producer:
-    def __init__(self, desc, keep=None):
-        self.desc, self.keep = desc, keep
-
-    @property
-    def __cuda_array_interface__(self):
-        return dict(self.desc)
-
-
-class DLWrapper:
-    def __init__(self, arr):
-        self.arr = arr
-
-    def __dlpack__(self, **kwargs):
-        return self.arr.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.arr.__dlpack_device__()
 
 
 def in_threads(fn, n=THREADS):

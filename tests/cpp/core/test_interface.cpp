@@ -10,6 +10,7 @@
 
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
+#include "expect_error.h"
 
 // Counts heap allocations so that the hot path can be checked to allocate nothing.
 namespace {
@@ -33,19 +34,7 @@ namespace {
 
 constexpr std::int64_t max64 = std::numeric_limits<std::int64_t>::max();
 
-template <class F>
-void expect_error(F&& f, Errc code, std::vector<std::string> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no cai::Error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const auto& frag : fragments) {
-      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-          << "message \"" << e.what() << "\" lacks \"" << frag << "\"";
-    }
-  }
-}
+using test::expect_error;
 
 // A 2-D float32 v3 descriptor as CuPy would export it (no strides, no stream).
 InterfaceFields simple(std::int64_t version = 3) {

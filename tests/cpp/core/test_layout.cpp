@@ -7,6 +7,7 @@
 
 #include "cai/core/error.h"
 #include "cai/core/layout.h"
+#include "expect_error.h"
 
 namespace cai {
 namespace {
@@ -14,20 +15,7 @@ namespace {
 constexpr std::int64_t max64 = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t min64 = std::numeric_limits<std::int64_t>::min();
 
-// Runs f, expects an Error with the code and a message containing every fragment.
-template <class F>
-void expect_error(F&& f, Errc code, std::vector<std::string> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no cai::Error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const auto& frag : fragments) {
-      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-          << "message \"" << e.what() << "\" lacks \"" << frag << "\"";
-    }
-  }
-}
+using test::expect_error;
 
 Layout make(Dims shape, Dims strides, std::int64_t itemsize) {
   return Layout(std::move(shape), std::move(strides), itemsize);
