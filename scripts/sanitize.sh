@@ -106,8 +106,8 @@ step_asan_python() {
   # A package folder: the pure-Python part of cai plus the sanitized extension.
   local pkg=$dir/pkg/cai
   rm -rf "$dir/pkg" && mkdir -p "$pkg"
-  ln -s "$ROOT"/src/cai/*.py "$pkg"/
-  ln -s "$dir"/src/python/_cai*.so "$pkg"/
+  ln -s "$ROOT"/python/cai/*.py "$pkg"/
+  ln -s "$dir"/python/_cai/_cai*.so "$pkg"/
   # The ASan runtime must come first; libstdc++ is preloaded too, or ASan's __cxa_throw
   # interceptor finds no real __cxa_throw (python itself does not link libstdc++) and the first
   # C++ exception aborts with "CHECK failed: ... real___cxa_throw".

@@ -37,11 +37,11 @@ if command -v clang++ >/dev/null 2>&1; then
   echo "== fuzzers (bounded)"
   CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCAI_BUILD_FUZZERS=ON -DCAI_BUILD_TESTS=OFF \
     -DCAI_INSTALL=OFF >/dev/null
-  targets=$(ls fuzz/fuzz_*.cpp | sed 's|fuzz/fuzz_\(.*\)\.cpp|cai_fuzz_\1|')
+  targets=$(ls tests/fuzz/fuzz_*.cpp | sed 's|tests/fuzz/fuzz_\(.*\)\.cpp|cai_fuzz_\1|')
   cmake --build build/fuzz -j "$JOBS" --target $targets
-  for f in build/fuzz/fuzz/cai_fuzz_*; do
+  for f in build/fuzz/tests/fuzz/cai_fuzz_*; do
     [ -x "$f" ] || continue
-    corpus="tests/fuzz_corpus/$(basename "$f")"
+    corpus="tests/fuzz/corpus/$(basename "$f")"
     mkdir -p "build/fuzz/corpus/$(basename "$f")"
     "$f" -max_total_time="${FUZZ_SECONDS:-30}" -timeout=5 "build/fuzz/corpus/$(basename "$f")" \
       $( [ -d "$corpus" ] && echo "$corpus" ) 2>&1 | tail -n 3

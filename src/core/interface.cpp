@@ -179,9 +179,7 @@ Interface validate_interface(const InterfaceFields& f, TypestrOptions options) {
 
   if (f.stream_state == Presence::given) {
     if (f.stream == 0) {
-      fail(Errc::value_error,
-           "stream: 0 is not allowed (CAI v3: ambiguous between None, the legacy and the "
-           "per-thread default stream); use 1, 2 or None");
+      fail(Errc::value_error, stream_zero_message("stream:", "1, 2, a stream handle or None"));
     }
     if (f.stream < 0) {
       fail(Errc::value_error, "stream: " + to_string(f.stream) +
@@ -190,6 +188,16 @@ Interface validate_interface(const InterfaceFields& f, TypestrOptions options) {
     }
     out.stream = static_cast<std::uint64_t>(f.stream);
   }
+  return out;
+}
+
+std::string stream_zero_message(std::string_view subject, std::string_view use) {
+  std::string out(subject);
+  out += subject.ends_with('=') ? "0" : " 0";
+  out +=
+      " is not allowed: the CUDA Array Interface forbids stream 0, which is ambiguous "
+      "between no stream, the legacy default stream and the per-thread default stream; use ";
+  out += use;
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cai/core/error.h"
+#include "cai/core/interface.h"
 
 namespace cai::device::detail {
 
@@ -79,11 +80,7 @@ std::string hex(std::uint64_t v) {
 
 void check_stream_handle(StreamHandle s, std::string_view where) {
   if (s == 0) {
-    throw_error(Errc::value_error,
-                std::string(where) +
-                    ": stream 0 is not allowed (ambiguous between no stream, the legacy default "
-                    "stream and the per-thread default stream); use 1 (legacy default), "
-                    "2 (per-thread default) or a stream handle");
+    throw_error(Errc::value_error, stream_zero_message(std::string(where) + ": stream"));
   }
 }
 

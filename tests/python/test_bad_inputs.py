@@ -631,7 +631,7 @@ def test_corpus_size_and_shape():
 # (__index__ of a size, the mask's __cuda_array_interface__). Code that replaces a value frees it.
 # Whatever cai then reports must come from what it read, never from freed memory. Each scenario
 # runs in a subprocess: under ASan (scripts/sanitize.sh) a use-after-free aborts it. (All four
-# were heap-use-after-free bugs in src/python/interface.cpp - the typestr string_view, read_dims'
+# were heap-use-after-free bugs in python/_cai/interface.cpp - the typestr string_view, read_dims'
 # item array, read_data's borrowed flag - fixed by holding strong references.)
 
 MUTATION_PRELUDE = """

@@ -217,8 +217,8 @@ def test_arrays_are_freed_without_gc(src):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "BUG: src/python/array.cpp DeviceNDArray has no tp_traverse/tp_clear, and the owner it "
-    "keeps (keep_alive in src/python/interface.cpp) is a C++ shared_ptr the GC cannot see: a "
+    "BUG: python/_cai/array.cpp DeviceNDArray has no tp_traverse/tp_clear, and the owner it "
+    "keeps (keep_alive in python/_cai/interface.cpp) is a C++ shared_ptr the GC cannot see: a "
     "producer that caches its cai view (p.view = cai.as_cuda_array(p), a common pattern) forms "
     "a cycle that is never collected, and nanobind reports leaked DeviceNDArray instances at "
     "exit. Fix: give DeviceNDArray Py_tp_traverse/Py_tp_clear (nb::type_slots) visiting the "

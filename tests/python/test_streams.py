@@ -228,9 +228,6 @@ def _run_module(*args):
 
 
 def test_python_m_cai_demo():
-    import importlib.util
-    if importlib.util.find_spec("cai.__main__") is None:
-        pytest.skip("src/cai/__main__.py does not exist yet")
     r = _run_module("demo")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "simulator" in r.stdout.lower()
@@ -239,9 +236,6 @@ def test_python_m_cai_demo():
 
 
 def test_python_m_cai_usage():
-    import importlib.util
-    if importlib.util.find_spec("cai.__main__") is None:
-        pytest.skip("src/cai/__main__.py does not exist yet")
     r = _run_module("no-such-command")
     assert r.returncode != 0
     assert "demo" in r.stderr + r.stdout

@@ -65,6 +65,14 @@ struct Interface {
 /// DType raises for typestr/descr) with a message naming the key, the value and the rule.
 Interface validate_interface(const InterfaceFields& fields, TypestrOptions options = {});
 
+/// The one wording of the CAI rule that forbids stream 0 (ambiguous between no stream, the
+/// legacy default stream and the per-thread default stream), for every entry point that can
+/// meet it. `subject` ends where the 0 goes ("stream:", "copy_async(): stream",
+/// "__dlpack__(): stream="); `use` lists what the caller may pass instead.
+std::string stream_zero_message(std::string_view subject, std::string_view use =
+                                                              "1 (legacy default), 2 (per-thread "
+                                                              "default) or a stream handle");
+
 /// For a binding that finds a value of the wrong Python type: throws Error(type_error)
 /// "<key>: expected <expected>, got <got>".
 [[noreturn]] void throw_key_type_error(std::string_view key, std::string_view got,

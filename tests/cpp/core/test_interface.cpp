@@ -212,8 +212,9 @@ TEST(interface_test, stream) {
   f.stream_state = Presence::given;
   f.stream = 0;
   expect_error([&] { validate_interface(f); }, Errc::value_error,
-               {"stream: 0 is not allowed (CAI v3: ambiguous between None, the legacy and the "
-                "per-thread default stream); use 1, 2 or None"});
+               {"stream: 0 is not allowed: the CUDA Array Interface forbids stream 0, which is "
+                "ambiguous between no stream, the legacy default stream and the per-thread default "
+                "stream; use 1, 2, a stream handle or None"});
   f.stream = -1;
   expect_error([&] { validate_interface(f); }, Errc::value_error, {"stream: -1 is not a stream"});
   f.stream = 1;

@@ -6,9 +6,9 @@
 
 #include <atomic>
 
+#include "array.h"
 #include "cai/arrays/dlpack.h"
 #include "cai/core/error.h"
-#include "python/array.h"
 
 namespace cai::python {
 

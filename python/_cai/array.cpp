@@ -5,10 +5,10 @@
 #include <cstring>
 #include <string>
 
+#include "array.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/dlpack.h"
 #include "cai/core/error.h"
-#include "python/array.h"
 
 namespace cai::python {
 

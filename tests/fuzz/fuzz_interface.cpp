@@ -7,7 +7,7 @@
 //
 // Build and run (clang): CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCAI_BUILD_FUZZERS=ON
 //   -DCAI_BUILD_TESTS=OFF -DCAI_INSTALL=OFF && ninja -C build-fuzz cai_fuzz_interface &&
-//   build-fuzz/fuzz/cai_fuzz_interface -max_total_time=60 -timeout=5
+//   build-fuzz/tests/fuzz/cai_fuzz_interface -max_total_time=60 -timeout=5
 
 #include <algorithm>
 #include <cstddef>

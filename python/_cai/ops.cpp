@@ -3,8 +3,8 @@
 // array written, else the library default).
 
 #include "cai/arrays/ops.h"
+#include "array.h"
 #include "cai/core/error.h"
-#include "python/array.h"
 
 namespace cai::python {
 

@@ -1,7 +1,7 @@
 // cai::Error -> the Python exception its code stands for; cai.RaceError and cai.DeviceError.
 
 #include "cai/core/error.h"
-#include "python/common.h"
+#include "common.h"
 
 namespace cai::python {
 

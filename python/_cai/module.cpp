@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cai/version.h"
-#include "python/common.h"
+#include "common.h"
 
 #define CAI_STR2(x) #x
 #define CAI_STR(x) CAI_STR2(x)

@@ -8,10 +8,10 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "array.h"
 #include "cai/arrays/dlpack.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/error.h"
-#include "python/array.h"
 
 namespace cai::python {
 
@@ -159,9 +159,9 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
     const auto s = read_int(stream, "__dlpack__(): stream", Errc::buffer_error);
     if (s == 0)
       throw_error(Errc::buffer_error,
-                  "__dlpack__(): stream=0 is ambiguous and not allowed for CUDA; use 1 (legacy "
-                  "default), 2 (per-thread default), a stream handle, or -1 for no "
-                  "synchronization");
+                  stream_zero_message("__dlpack__(): stream=",
+                                      "1 (legacy default), 2 (per-thread default), a stream "
+                                      "handle, or -1 for no synchronization"));
     if (s < kNoSync)
       throw_error(Errc::buffer_error,
                   "__dlpack__(): stream=" + std::to_string(s) + " is not a stream handle");

@@ -9,7 +9,7 @@
 
 #include "cai/arrays/view.h"
 #include "cai/core/interface.h"
-#include "python/common.h"
+#include "common.h"
 
 namespace cai::python {
 

@@ -2,7 +2,7 @@
 
 #include "cai/python/capi.h"
 
-#include "python/array.h"
+#include "array.h"
 
 namespace cai::python {
 

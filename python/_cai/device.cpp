@@ -8,8 +8,9 @@
 #include <string>
 
 #include "cai/core/error.h"
+#include "cai/core/interface.h"
 #include "cai/device/simulator.h"
-#include "python/common.h"
+#include "common.h"
 
 namespace cai::python {
 
@@ -75,9 +76,10 @@ sync::StreamRef stream_arg(nb::handle obj, const char* entry, const sync::Stream
                                         nb::repr(t).c_str());
     const StreamHandle h = int_handle(nb::handle(PyTuple_GET_ITEM(t.ptr(), 1)), entry);
     if (h == 0)
-      throw_error(Errc::value_error, std::string(entry) +
-                                         ": stream=: __cuda_stream__() returned handle 0, which "
-                                         "is ambiguous; a producer must use 1 or 2");
+      throw_error(
+          Errc::value_error,
+          stream_zero_message(std::string(entry) + ": stream=: __cuda_stream__() returned handle",
+                              "1 or 2 for the default streams"));
     // Keep the foreign stream object alive as long as we use its handle.
     auto owner = std::shared_ptr<const void>(new nb::object(nb::borrow(obj)), [](const void* p) {
       nb::gil_scoped_acquire gil;
@@ -141,8 +143,8 @@ void bind_device(nb::module_& m) {
         const StreamHandle h = int_handle(handle, "external_stream()");
         if (h == 0)
           throw_error(Errc::value_error,
-                      "external_stream(): handle 0 is ambiguous (CAI v3 disallows stream 0); use 1 "
-                      "for the legacy default stream or 2 for the per-thread default stream");
+                      stream_zero_message("external_stream(): handle",
+                                          "1 (legacy default) or 2 (per-thread default)"));
         return named_stream(h);
       },
       nb::arg("handle"), "Wraps a stream someone else owns; cai never destroys it.");

@@ -4,10 +4,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "array.h"
 #include "cai/core/dtype.h"
 #include "cai/core/error.h"
 #include "cai/core/layout.h"
-#include "python/array.h"
 
 namespace cai::python {
 

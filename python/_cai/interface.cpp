@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "array.h"
 #include "cai/core/error.h"
-#include "python/array.h"
 
 namespace cai::python {
 
