@@ -123,23 +123,6 @@ Layout Layout::f_contiguous(std::span<const std::int64_t> shape, std::int64_t it
   return Layout(Dims(shape), f_strides(shape, itemsize), itemsize);
 }
 
-std::optional<Layout::Extent> Layout::checked_extent(std::span<const std::int64_t> shape,
-                                                     std::span<const std::int64_t> byte_strides,
-                                                     std::int64_t itemsize) noexcept {
-  if (shape.size() != byte_strides.size()) return std::nullopt;
-  for (std::int64_t d : shape) {
-    if (d == 0) return Extent{0, 0};
-  }
-  Extent e{0, itemsize};
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    std::int64_t reach;
-    if (__builtin_mul_overflow(byte_strides[i], shape[i] - 1, &reach)) return std::nullopt;
-    std::int64_t& end = reach < 0 ? e.lo : e.hi;
-    if (__builtin_add_overflow(end, reach, &end)) return std::nullopt;
-  }
-  return e;
-}
-
 std::optional<std::int64_t> Layout::checked_nbytes(std::span<const std::int64_t> shape,
                                                    std::int64_t itemsize) noexcept {
   std::int64_t count;
@@ -149,38 +132,6 @@ std::optional<std::int64_t> Layout::checked_nbytes(std::span<const std::int64_t>
     return std::nullopt;
   }
   return has_zero ? 0 : bytes;
-}
-
-bool Layout::is_c_contiguous() const noexcept {
-  if (size_ == 0) return true;
-  std::int64_t expected = itemsize_;
-  for (std::size_t i = shape_.size(); i-- > 0;) {
-    if (shape_[i] == 1) continue;
-    if (strides_[i] != expected) return false;
-    expected *= shape_[i];  // cannot overflow: nbytes fits
-  }
-  return true;
-}
-
-bool Layout::is_f_contiguous() const noexcept {
-  if (size_ == 0) return true;
-  std::int64_t expected = itemsize_;
-  for (std::size_t i = 0; i < shape_.size(); ++i) {
-    if (shape_[i] == 1) continue;
-    if (strides_[i] != expected) return false;
-    expected *= shape_[i];
-  }
-  return true;
-}
-
-Layout::Extent Layout::extent() const noexcept {
-  if (size_ == 0) return {0, 0};
-  Extent e{0, itemsize_};
-  for (std::size_t i = 0; i < shape_.size(); ++i) {
-    std::int64_t reach = strides_[i] * (shape_[i] - 1);  // checked on construction
-    (reach < 0 ? e.lo : e.hi) += reach;
-  }
-  return e;
 }
 
 Dims Layout::element_strides() const {
@@ -355,28 +306,6 @@ Layout Layout::permute(std::span<const int> axes) const {
     out.strides_[i] = strides_[ax];
   }
   return out;
-}
-
-bool Layout::may_overlap() const noexcept {
-  if (size_ == 0) return false;
-  // Sorted by |stride|, each dim must step past everything the smaller ones reach.
-  // Unsigned: |INT64_MIN| and a span from lo < 0 to hi > 0 both fit in uint64.
-  std::array<std::pair<std::uint64_t, std::uint64_t>, max_ndim> dims;  // (|stride|, size)
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < shape_.size(); ++i) {
-    if (shape_[i] > 1) {
-      const auto s = static_cast<std::uint64_t>(strides_[i]);
-      dims[n++] = {strides_[i] < 0 ? 0 - s : s, static_cast<std::uint64_t>(shape_[i])};
-    }
-  }
-  std::sort(dims.begin(), dims.begin() + n);
-  auto reach = static_cast<std::uint64_t>(itemsize_);  // bytes spanned by the inner block
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto [stride, size] = dims[i];
-    if (stride < reach) return true;
-    reach += stride * (size - 1);  // at most hi - lo of the extent
-  }
-  return false;
 }
 
 }  // namespace cai

@@ -5,6 +5,7 @@
 #include <span>
 
 #include "cai/core/dims.h"
+#include "cai/core/strided.h"
 
 namespace cai {
 
@@ -26,18 +27,15 @@ struct IndexItem {
   static IndexItem ellipsis() { return {Kind::ellipsis, 0, {}, {}, {}}; }
 };
 
-/// Shape, byte strides and item size of a strided array; no pointer, no type.
+/// Shape, byte strides and item size of a strided array; no pointer, no type. The arithmetic
+/// lives in strided.h; Layout adds the validated invariant and the indexing rules.
 ///
 /// Invariant, checked on construction: ndim <= max_ndim, shape >= 0, itemsize >= 0, and
 /// both the element count times the item size (over the non-zero dims, as NumPy checks it)
 /// and the byte extent fit in int64. So size(), nbytes() and extent() never overflow.
 class Layout {
  public:
-  struct Extent {
-    std::int64_t lo = 0;  ///< lowest byte offset touched, relative to the base pointer
-    std::int64_t hi = 0;  ///< one past the highest byte offset touched
-    friend bool operator==(const Extent&, const Extent&) = default;
-  };
+  using Extent = cai::Extent;
   struct Sliced;
 
   /// A 0-d layout of item size 0.
@@ -54,7 +52,9 @@ class Layout {
   /// The byte extent of such a layout, or nullopt if it overflows int64. No other checks.
   static std::optional<Extent> checked_extent(std::span<const std::int64_t> shape,
                                               std::span<const std::int64_t> byte_strides,
-                                              std::int64_t itemsize) noexcept;
+                                              std::int64_t itemsize) noexcept {
+    return cai::checked_extent(shape, byte_strides, itemsize);
+  }
   /// Element count times item size, or nullopt if it overflows; dims of size 0 are skipped
   /// for the overflow check (as NumPy does), then make the result 0.
   static std::optional<std::int64_t> checked_nbytes(std::span<const std::int64_t> shape,
@@ -68,11 +68,21 @@ class Layout {
   std::int64_t nbytes() const noexcept { return size_ * itemsize_; }
 
   /// NumPy's flags: dims of size 1 are ignored; zero-size and 0-d layouts are both.
-  bool is_c_contiguous() const noexcept;
-  bool is_f_contiguous() const noexcept;
+  bool is_c_contiguous() const noexcept {
+    return cai::is_c_contiguous(shape_, strides_, itemsize_);
+  }
+  bool is_f_contiguous() const noexcept {
+    return cai::is_f_contiguous(shape_, strides_, itemsize_);
+  }
 
   /// Bytes touched; {0, 0} for a zero-size layout, lo < 0 with negative strides.
-  Extent extent() const noexcept;
+  Extent extent() const noexcept { return *cai::checked_extent(shape_, strides_, itemsize_); }
+  /// The absolute bytes of this layout at `ptr`; nullopt when they wrap the address space.
+  std::optional<ByteRange> byte_range(std::uint64_t ptr) const noexcept {
+    return cai::byte_range(ptr, shape_, strides_, itemsize_);
+  }
+  /// Every byte of the extent belongs to an element (no gaps).
+  bool is_dense() const noexcept { return cai::is_dense(shape_, strides_, itemsize_); }
 
   /// Strides in elements (DLPack, tile arrays). Throws Errc::value_error if a byte stride is
   /// not a multiple of the item size (any axis, even of size 1) or the item size is 0.
@@ -91,7 +101,7 @@ class Layout {
   Layout permute(std::span<const int> axes) const;
 
   /// Conservative: false only when no two different indices can map to overlapping bytes.
-  bool may_overlap() const noexcept;
+  bool may_overlap() const noexcept { return cai::may_overlap(shape_, strides_, itemsize_); }
 
   friend bool operator==(const Layout&, const Layout&) = default;
 
