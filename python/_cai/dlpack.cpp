@@ -292,7 +292,7 @@ View consume_capsule(nb::handle capsule, DlpackImport& info) {
 View host_to_device(const View& host, const sync::StreamRef& stream) {
   View dst = View::allocate(host.dtype(), host.shape(), false, stream);
   NoGil nogil;
-  cai::copy(dst, host, stream);
+  cai::copy_from_host(dst, host, stream);
   // The host memory belongs to the producer's tensor, released when `host` goes.
   device::backend().stream_synchronize(stream.handle);
   return dst;

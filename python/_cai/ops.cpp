@@ -1,9 +1,13 @@
 // cai.ops: the built-in consumers. Each accepts any object with __cuda_array_interface__,
 // imports it with the v3 rules and runs stream-ordered on `stream` (0: the stream of the
-// array written, else the library default).
+// array written, else the library default). copy and fill move bytes; the elementwise
+// operations (add, ...) are bound from the table in cai/device/operations.h.
 
-#include "cai/arrays/ops.h"
+#include <string>
+#include <utility>
+
 #include "array.h"
+#include "cai/arrays/ops.h"
 #include "cai/core/error.h"
 
 namespace cai::python {
@@ -13,6 +17,29 @@ namespace {
 sync::StreamRef op_stream(nb::handle stream, const View& written, const char* entry) {
   auto fallback = written.sync()->stream();
   return stream_arg(stream, entry, fallback ? *fallback : library_default_stream());
+}
+
+template <std::size_t>
+using Handle = nb::handle;
+
+// ops.<name>(a, [b,] out, stream=0) for an operation with N inputs.
+template <std::size_t N, std::size_t... I>
+void bind_elementwise(nb::module_& ops, device::ElementwiseOp op, std::index_sequence<I...>) {
+  static_assert(N <= device::max_elementwise_inputs);
+  const device::ElementwiseOpInfo& info = device::info(op);
+  ops.def(
+      info.name.data(),
+      [op, entry = std::string(info.name) + "()"](Handle<I>... in, nb::handle out,
+                                                  nb::handle stream) {
+        const View inputs[] = {import_view(in, true, entry.c_str())...};
+        const View vo = import_view(out, true, entry.c_str());
+        const View* pointers[] = {&inputs[I]...};
+        const auto st = op_stream(stream, vo, entry.c_str());
+        NoGil nogil;  // the backend may wait (staging without memory pools)
+        elementwise(op, vo, pointers, st);
+      },
+      nb::arg(device::elementwise_operand_name(I + 1).data())..., nb::arg("out"),
+      nb::arg("stream").none() = 0, info.summary.data());
 }
 
 }  // namespace
@@ -25,7 +52,7 @@ void bind_ops(nb::module_& m) {
         View d = import_view(dst, true, "copy()");
         View s = import_view(src, true, "copy()");
         const auto st = op_stream(stream, d, "copy()");
-        NoGil nogil;  // an overlapping copy waits for its staging buffer
+        NoGil nogil;  // the backend may wait (staging without memory pools)
         copy(d, s, st);
       },
       nb::arg("dst"), nb::arg("src"), nb::arg("stream").none() = 0,
@@ -39,21 +66,26 @@ void bind_ops(nb::module_& m) {
           throw_error(Errc::type_error, "fill(): value must be a scalar");
         nb::bytes raw = nb::borrow<nb::bytes>(scalar.attr("tobytes")());
         const auto st = op_stream(stream, d, "fill()");
+        NoGil nogil;  // the backend may wait (staging without memory pools)
         fill(d, raw.c_str(), st);
       },
       nb::arg("arr"), nb::arg("value"), nb::arg("stream").none() = 0,
       "Sets every element of arr to value (converted by NumPy's rules).");
-  ops.def(
-      "add",
-      [](nb::handle a, nb::handle b, nb::handle out, nb::handle stream) {
-        View va = import_view(a, true, "add()");
-        View vb = import_view(b, true, "add()");
-        View vo = import_view(out, true, "add()");
-        const auto st = op_stream(stream, vo, "add()");
-        add(vo, va, vb, st);
-      },
-      nb::arg("a"), nb::arg("b"), nb::arg("out"), nb::arg("stream").none() = 0,
-      "out = a + b elementwise; equal shapes and dtypes, any strides.");
+  // The elementwise operations, one function each, from the table in cai/device/operations.h:
+  // ops.<name>(<inputs>..., out, stream=0).
+  for (int i = 0; i < device::elementwise_op_count; ++i) {
+    const auto op = static_cast<device::ElementwiseOp>(i);
+    const device::ElementwiseOpInfo& info = device::info(op);
+    // The table's strings are literals, so data() is NUL-terminated and lives forever.
+    switch (info.inputs) {
+      case 1:
+        bind_elementwise<1>(ops, op, std::make_index_sequence<1>{});
+        break;
+      case 2:
+        bind_elementwise<2>(ops, op, std::make_index_sequence<2>{});
+        break;
+    }
+  }
 }
 
 }  // namespace cai::python

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "cai/core/error.h"
 
@@ -10,16 +11,6 @@ namespace {
 
 using device::ElementType;
 using device::Operand;
-
-std::string shape_str(std::span<const std::int64_t> shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  if (shape.size() == 1) s += ",";
-  return s + ")";
-}
 
 void require_no_mask(const View& v, const char* entry, const char* name) {
   if (v.mask())
@@ -30,10 +21,10 @@ void require_no_mask(const View& v, const char* entry, const char* name) {
 
 void require_same_shape(const View& a, const View& b, const char* entry, const char* an,
                         const char* bn) {
-  if (!std::equal(a.shape().begin(), a.shape().end(), b.shape().begin(), b.shape().end()))
+  if (!std::ranges::equal(a.shape(), b.shape()))
     throw_error(Errc::value_error, std::string(entry) + ": " + an + " has shape " +
-                                       shape_str(a.shape()) + " but " + bn + " has shape " +
-                                       shape_str(b.shape()) + "; the shapes must be equal");
+                                       format_dims(a.shape()) + " but " + bn + " has shape " +
+                                       format_dims(b.shape()) + "; the shapes must be equal");
 }
 
 void require_same_dtype(const View& a, const View& b, const char* entry, const char* an,
@@ -45,53 +36,58 @@ void require_same_dtype(const View& a, const View& b, const char* entry, const c
 }
 
 Operand operand(const View& v) {
-  return {v.ptr(), v.strides()};
+  return {v.ptr(), v.layout()};
 }
 
-// True when the bytes of a and b may intersect (their extents overlap).
-bool may_share_memory(const View& a, const View& b) {
-  if (a.size() == 0 || b.size() == 0) return false;
-  const auto ea = a.layout().extent(), eb = b.layout().extent();
-  const auto lo_a = a.ptr() + static_cast<std::uint64_t>(ea.lo);
-  const auto hi_a = a.ptr() + static_cast<std::uint64_t>(ea.hi);
-  const auto lo_b = b.ptr() + static_cast<std::uint64_t>(eb.lo);
-  const auto hi_b = b.ptr() + static_cast<std::uint64_t>(eb.hi);
-  return lo_a < hi_b && lo_b < hi_a;
+// True when b partly overlaps a: some bytes in common without being a's elements exactly (an
+// elementwise operation may write its input in place only element for element).
+bool partly_overlaps(const View& a, const View& b) {
+  const auto ra = a.layout().byte_range(a.ptr());
+  const auto rb = b.layout().byte_range(b.ptr());
+  if (ra && rb && !may_share_memory(*ra, *rb)) return false;
+  return !same_elements(a.ptr(), a.strides(), b.ptr(), b.strides(), a.shape());
+}
+
+// Device memory freed stream-ordered (Backend::free_async) when the last View of it goes.
+class StreamBuffer {
+ public:
+  StreamBuffer(std::size_t bytes, sync::StreamRef stream)
+      : ptr_(device::backend().alloc_async(bytes, stream.handle)), stream_(std::move(stream)) {}
+  ~StreamBuffer() {
+    if (device::exiting()) return;  // leaked: the streams may be gone
+    try {
+      device::backend().free_async(ptr_, stream_.handle);
+    } catch (...) {
+      // A destructor must not throw; a failed free leaks the buffer.
+    }
+  }
+  StreamBuffer(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(const StreamBuffer&) = delete;
+  std::uint64_t ptr() const noexcept { return ptr_; }
+
+ private:
+  std::uint64_t ptr_;
+  sync::StreamRef stream_;  // keeps the stream alive until the free is enqueued
+};
+
+// A C-contiguous temporary used only on `stream`: no host synchronization to free it.
+View stream_temporary(const View& like, const sync::StreamRef& stream) {
+  Layout layout = Layout::c_contiguous(like.shape(), like.dtype().itemsize());
+  auto buffer = std::make_shared<StreamBuffer>(static_cast<std::size_t>(layout.nbytes()), stream);
+  const std::uint64_t ptr = buffer->ptr();
+  return View(ptr, like.dtype(), std::move(layout), false,
+              std::make_shared<sync::SyncState>(stream), std::move(buffer));
 }
 
 }  // namespace
 
 device::ElementType element_type(const DType& dtype, const char* entry) {
   if (dtype.extended() == Extended::none && dtype.is_native() && !dtype.is_structured()) {
-    const auto n = dtype.itemsize();
-    switch (dtype.kind()) {
-      case Kind::boolean:
-        if (n == 1) return ElementType::b8;
-        break;
-      case Kind::signed_int:
-        if (n == 1) return ElementType::i8;
-        if (n == 2) return ElementType::i16;
-        if (n == 4) return ElementType::i32;
-        if (n == 8) return ElementType::i64;
-        break;
-      case Kind::unsigned_int:
-        if (n == 1) return ElementType::u8;
-        if (n == 2) return ElementType::u16;
-        if (n == 4) return ElementType::u32;
-        if (n == 8) return ElementType::u64;
-        break;
-      case Kind::floating:
-        if (n == 2) return ElementType::f16;
-        if (n == 4) return ElementType::f32;
-        if (n == 8) return ElementType::f64;
-        break;
-      case Kind::complex:
-        if (n == 8) return ElementType::c64;
-        if (n == 16) return ElementType::c128;
-        break;
-      default:
-        break;
-    }
+    const auto n = static_cast<std::size_t>(dtype.itemsize());
+#define CAI_DTYPE_CASE(ctx, name, dtype_kind, value) \
+  if (dtype.kind() == Kind::dtype_kind && n == sizeof(value)) return ElementType::name;
+    CAI_ELEMENT_TYPES(CAI_DTYPE_CASE, _)
+#undef CAI_DTYPE_CASE
   }
   std::string why = dtype.is_native() ? "" : " (big-endian data must be byte-swapped first)";
   throw_error(Errc::not_implemented, std::string(entry) + ": dtype " + dtype.str() +
@@ -109,23 +105,11 @@ void copy(const View& dst, const View& src, const sync::StreamRef& stream) {
   require_same_dtype(dst, src, entry, "dst", "src");
   if (dst.layout().nbytes() == 0) return;
   auto& backend = device::backend();
-  const auto itemsize = static_cast<std::size_t>(dst.dtype().itemsize());
   sync::StreamOrder order(backend, stream);
   order.add(*dst.sync());
   order.add(*src.sync());
-  if (may_share_memory(dst, src) &&
-      !(dst.ptr() == src.ptr() && std::ranges::equal(dst.strides(), src.strides()))) {
-    // Stage through a temporary so that an overlapping copy reads every source element
-    // before any is overwritten, as NumPy's assignment does.
-    View tmp = View::allocate(src.dtype(), src.shape(), false, stream);
-    backend.copy_strided_async(operand(tmp), operand(src), src.shape(), itemsize, stream.handle);
-    backend.copy_strided_async(operand(dst), operand(tmp), src.shape(), itemsize, stream.handle);
-    // The backend has no stream-ordered free, so wait before tmp is freed. Only overlapping
-    // copies (a[1:] = a[:-1]) take this path.
-    backend.stream_synchronize(stream.handle);
-  } else {
-    backend.copy_strided_async(operand(dst), operand(src), dst.shape(), itemsize, stream.handle);
-  }
+  // The backend reads the whole source before writing when the two overlap (as NumPy does).
+  backend.copy_strided_async(operand(dst), operand(src), stream.handle);
   order.finish();
 }
 
@@ -137,59 +121,92 @@ void fill(const View& dst, const void* value, const sync::StreamRef& stream) {
   auto& backend = device::backend();
   sync::StreamOrder order(backend, stream);
   order.add(*dst.sync());
-  backend.fill_async(operand(dst), dst.shape(), static_cast<std::size_t>(dst.dtype().itemsize()),
-                     value, stream.handle);
+  backend.fill_async(operand(dst), value, stream.handle);
   order.finish();
 }
 
-void add(const View& out, const View& a, const View& b, const sync::StreamRef& stream) {
-  constexpr const char* entry = "add()";
+void elementwise(device::ElementwiseOp op, const View& out, std::span<const View* const> inputs,
+                 const sync::StreamRef& stream) {
+  if (!device::is_valid(op)) {
+    throw_error(Errc::value_error,
+                "elementwise(): unknown operation " + std::to_string(static_cast<int>(op)));
+  }
+  const device::ElementwiseOpInfo& info = device::info(op);
+  const std::string entry_text = std::string(info.name) + "()";
+  const char* entry = entry_text.c_str();
+  if (inputs.size() != static_cast<std::size_t>(info.inputs)) {
+    throw_error(Errc::value_error, entry_text + ": takes " + std::to_string(info.inputs) +
+                                       " inputs, got " + std::to_string(inputs.size()));
+  }
   out.require_writable(entry, "out");
-  require_no_mask(a, entry, "a");
-  require_no_mask(b, entry, "b");
   require_no_mask(out, entry, "out");
-  require_same_shape(out, a, entry, "out", "a");
-  require_same_shape(out, b, entry, "out", "b");
-  require_same_dtype(out, a, entry, "out", "a");
-  require_same_dtype(out, b, entry, "out", "b");
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const std::string name(device::elementwise_operand_name(k + 1));
+    require_no_mask(*inputs[k], entry, name.c_str());
+    require_same_shape(out, *inputs[k], entry, "out", name.c_str());
+    require_same_dtype(out, *inputs[k], entry, "out", name.c_str());
+  }
   const ElementType type = element_type(out.dtype(), entry);
   if (out.size() == 0) return;
   auto& backend = device::backend();
   sync::StreamOrder order(backend, stream);
   order.add(*out.sync());
-  order.add(*a.sync());
-  order.add(*b.sync());
-  backend.add_async(operand(out), operand(a), operand(b), out.shape(), type, stream.handle);
+  for (const View* in : inputs) order.add(*in->sync());
+  const bool stage =
+      std::ranges::any_of(inputs, [&](const View* in) { return partly_overlaps(out, *in); });
+  // Stage a partly overlapping out through a temporary, as NumPy does.
+  const View target = stage ? stream_temporary(out, stream) : out;
+  std::vector<Operand> operands;
+  operands.reserve(1 + inputs.size());
+  operands.push_back(operand(target));
+  for (const View* in : inputs) operands.push_back(operand(*in));
+  backend.elementwise_async(op, type, operands, stream.handle);
+  if (stage) backend.copy_strided_async(operand(out), operand(target), stream.handle);
   order.finish();
 }
 
-void copy_from_host(const View& dst, const void* host, const sync::StreamRef& stream) {
-  constexpr const char* entry = "copy_to_device()";
-  dst.require_writable(entry, "the destination");
+void add(const View& out, const View& a, const View& b, const sync::StreamRef& stream) {
+  const View* inputs[] = {&a, &b};
+  elementwise(device::ElementwiseOp::add, out, inputs, stream);
+}
+
+namespace {
+// dst = the caller's host memory at `from`; returns once copied, since the caller may free it.
+void upload(const View& dst, const Operand& from, const sync::StreamRef& stream) {
   if (dst.layout().nbytes() == 0) return;
   auto& backend = device::backend();
-  const auto itemsize = dst.dtype().itemsize();
-  const Dims host_strides = Layout::c_strides(dst.shape(), itemsize);
   sync::StreamOrder order(backend, stream);
   order.add(*dst.sync());
-  backend.copy_strided_async(operand(dst),
-                             Operand{reinterpret_cast<std::uint64_t>(host), host_strides},
-                             dst.shape(), static_cast<std::size_t>(itemsize), stream.handle);
+  backend.copy_strided_async(operand(dst), from, stream.handle);
   order.finish();
-  // The host buffer belongs to the caller, who may free it on return.
   backend.stream_synchronize(stream.handle);
+}
+}  // namespace
+
+void copy_from_host(const View& dst, const void* host, const sync::StreamRef& stream) {
+  dst.require_writable("copy_to_device()", "the destination");
+  upload(dst,
+         {reinterpret_cast<std::uint64_t>(host),
+          Layout::c_contiguous(dst.shape(), dst.dtype().itemsize()), true},
+         stream);
+}
+
+void copy_from_host(const View& dst, const View& host, const sync::StreamRef& stream) {
+  constexpr const char* entry = "copy_to_device()";
+  dst.require_writable(entry, "the destination");
+  require_same_shape(dst, host, entry, "the destination", "the host array");
+  require_same_dtype(dst, host, entry, "the destination", "the host array");
+  upload(dst, {host.ptr(), host.layout(), true}, stream);
 }
 
 void copy_to_host(void* host, const View& src, const sync::StreamRef& stream) {
   if (src.layout().nbytes() == 0) return;
   auto& backend = device::backend();
-  const auto itemsize = src.dtype().itemsize();
-  const Dims host_strides = Layout::c_strides(src.shape(), itemsize);
   sync::StreamOrder order(backend, stream);
   order.add(*src.sync());
-  backend.copy_strided_async(Operand{reinterpret_cast<std::uint64_t>(host), host_strides},
-                             operand(src), src.shape(), static_cast<std::size_t>(itemsize),
-                             stream.handle);
+  const Operand to{reinterpret_cast<std::uint64_t>(host),
+                   Layout::c_contiguous(src.shape(), src.dtype().itemsize()), true};
+  backend.copy_strided_async(to, operand(src), stream.handle);
   order.finish();
   backend.stream_synchronize(stream.handle);
 }

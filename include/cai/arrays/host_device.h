@@ -6,11 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#if defined(__CUDACC__)
-#define CAI_HOST_DEVICE __host__ __device__
-#else
-#define CAI_HOST_DEVICE
-#endif
+#include "cai/core/host_device.h"  // CAI_HOST_DEVICE
 
 // Precondition checks that are too hot to keep in release builds (element access). On by
 // default unless NDEBUG, like assert; -DCAI_ENABLE_ASSERTS=1 or 0 overrides. Use the same

@@ -1,9 +1,11 @@
 #pragma once
 
 // Stream-ordered operations on Views: each orders itself after the streams of its operands
-// and orders those streams after itself (CAI v3), then enqueues on `stream`.
+// and orders those streams after itself (CAI v3), then enqueues on `stream`. The elementwise
+// operations and their element types come from the table in cai/device/operations.h.
 
 #include <cstddef>
+#include <span>
 
 #include "cai/arrays/view.h"
 
@@ -13,13 +15,23 @@ namespace cai {
 void copy(const View& dst, const View& src, const sync::StreamRef& stream);
 /// Every element of dst = the `dtype.itemsize()` bytes at `value`.
 void fill(const View& dst, const void* value, const sync::StreamRef& stream);
-/// out = a + b elementwise; same shape and dtype (numbers and bool), any strides.
+/// out = op(inputs...) elementwise; same shape and dtype (one the operation supports), any
+/// strides. An out that partly overlaps an input is computed into a temporary first, so the
+/// result never depends on the order of the elements (it is NumPy's).
+void elementwise(device::ElementwiseOp op, const View& out, std::span<const View* const> inputs,
+                 const sync::StreamRef& stream);
+/// out = a + b elementwise (ElementwiseOp::add).
 void add(const View& out, const View& a, const View& b, const sync::StreamRef& stream);
 /// Host memory <-> device: a contiguous host buffer of dst.layout().nbytes() bytes in C order.
 void copy_from_host(const View& dst, const void* host, const sync::StreamRef& stream);
 void copy_to_host(void* host, const View& src, const sync::StreamRef& stream);
+/// dst = a strided host array (a View of pageable or pinned host memory, any strides, same
+/// shape and dtype); returns once copied. Other Views must be device memory: copy() refuses
+/// host memory (Error(device_error)).
+void copy_from_host(const View& dst, const View& host, const sync::StreamRef& stream);
 
-/// The kernel element type of a dtype, or Error(not_implemented) naming the entry point.
+/// The element type of a dtype (its kind and item size, native byte order), or
+/// Error(not_implemented) naming the entry point.
 device::ElementType element_type(const DType& dtype, const char* entry);
 
 }  // namespace cai

@@ -10,6 +10,9 @@
 #include <string>
 #include <string_view>
 
+#include "cai/core/layout.h"
+#include "cai/device/operations.h"
+
 namespace cai::device {
 
 namespace detail {
@@ -51,15 +54,16 @@ struct DeviceProperties {
   int multiprocessors = 0;
 };
 
-/// Element types the built-in kernels (fill, add) understand.
-enum class ElementType : int { b8, i8, i16, i32, i64, u8, u16, u32, u64, f16, f32, f64, c64, c128 };
-std::size_t element_size(ElementType t);
-
-/// One strided operand of a kernel: a base pointer and byte strides (one per dimension of the
-/// launch shape). Strides may be negative or zero.
+/// One strided operand of an operation: where its element at index (0, ..., 0) is and its
+/// layout (shape, byte strides of any sign, item size). The operands of one operation have one
+/// shape.
 struct Operand {
   std::uint64_t ptr = 0;
-  std::span<const std::int64_t> strides;
+  Layout layout;
+  /// false (array data): device-accessible memory of the backend, inside one live allocation;
+  /// anything else is refused with Error(device_error) before any work. true: the caller's
+  /// host buffer of a host copy, which may also be pageable host memory (then unchecked).
+  bool host = false;
 };
 
 class Backend {
@@ -85,15 +89,23 @@ class Backend {
   /// Plain copy between any two memory kinds (host pointers included).
   virtual void copy_async(std::uint64_t dst, std::uint64_t src, std::size_t bytes,
                           StreamHandle s) = 0;
-  /// N-dimensional copy of `shape` elements of `itemsize` bytes between two strided layouts.
-  virtual void copy_strided_async(Operand dst, Operand src, std::span<const std::int64_t> shape,
-                                  std::size_t itemsize, StreamHandle s) = 0;
-  /// Writes `value` (itemsize bytes) to every element of dst.
-  virtual void fill_async(Operand dst, std::span<const std::int64_t> shape, std::size_t itemsize,
-                          const void* value, StreamHandle s) = 0;
-  /// out = a + b elementwise.
-  virtual void add_async(Operand out, Operand a, Operand b, std::span<const std::int64_t> shape,
-                         ElementType type, StreamHandle s) = 0;
+  /// dst = src element by element (equal shapes and item sizes, any strides); the result is as
+  /// if src were read completely before dst is written, also when they overlap.
+  virtual void copy_strided_async(const Operand& dst, const Operand& src, StreamHandle s) = 0;
+  /// Writes the `dst.layout.itemsize()` bytes at `value` to every element of dst.
+  virtual void fill_async(const Operand& dst, const void* value, StreamHandle s) = 0;
+  /// operands[0] = op(operands[1], ...) elementwise on `type` (cai/device/operations.h): as
+  /// many operands as 1 + the operation's inputs, one shape, item size element_size(type).
+  /// An input either is the output (same elements) or shares no bytes with it.
+  virtual void elementwise_async(ElementwiseOp op, ElementType type,
+                                 std::span<const Operand> operands, StreamHandle s) = 0;
+
+  // Stream-ordered memory, for temporaries of one stream.
+  /// Device memory for work enqueued on s from now on (0 for 0 bytes).
+  virtual std::uint64_t alloc_async(std::size_t bytes, StreamHandle s) = 0;
+  /// Frees memory from alloc_async once the work enqueued on s so far has completed, without
+  /// blocking the host; work enqueued later (on any stream) must not use it.
+  virtual void free_async(std::uint64_t ptr, StreamHandle s) = 0;
 
   // Streams. stream_create returns a new handle (never 0, 1 or 2).
   virtual StreamHandle stream_create(bool non_blocking) = 0;

@@ -50,10 +50,15 @@ if(_cai_cuda_kernels)
     set(_cai_ptxas -DPTXAS=${CAI_PTXAS_EXECUTABLE} -DSM=${_cai_sm})
   endif()
   add_custom_command(OUTPUT ${_cai_nvcc_ptx}
-    COMMAND ${CAI_NVCC_EXECUTABLE} --ptx -arch=${CAI_CUDA_PTX_ARCH} -O3 -std=c++17
-            ${_cai_ccbin} -I${CMAKE_CURRENT_LIST_DIR} -o ${_cai_nvcc_ptx}
-            ${CMAKE_CURRENT_LIST_DIR}/kernels.cu
-    DEPENDS ${CMAKE_CURRENT_LIST_DIR}/kernels.cu ${CMAKE_CURRENT_LIST_DIR}/kernel_params.h
+    COMMAND ${CAI_NVCC_EXECUTABLE} --ptx -arch=${CAI_CUDA_PTX_ARCH} -O3 -std=c++20
+            ${_cai_ccbin} -I${PROJECT_SOURCE_DIR}/src -I${PROJECT_SOURCE_DIR}/include
+            -o ${_cai_nvcc_ptx} ${CMAKE_CURRENT_LIST_DIR}/kernels.cu
+    # The kernels are generated from the tables and run the element functors.
+    DEPENDS ${CMAKE_CURRENT_LIST_DIR}/kernels.cu
+            ${PROJECT_SOURCE_DIR}/src/device/kernels/elementwise.h
+            ${PROJECT_SOURCE_DIR}/src/device/kernels/launch.h
+            ${PROJECT_SOURCE_DIR}/include/cai/device/operations.h
+            ${PROJECT_SOURCE_DIR}/include/cai/core/host_device.h
     COMMENT "nvcc: kernels.cu -> PTX (${CAI_CUDA_PTX_ARCH})"
     VERBATIM)
   add_custom_command(OUTPUT ${_cai_ptx_cpp}

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cai/core/error.h"
+#include "device/kernels/launch.h"
 
 #if CAI_HAVE_CUDA_HEADERS
 #include <algorithm>
@@ -26,31 +27,17 @@
 #include <unordered_map>
 #include <vector>
 
+#include <map>
+
 #include "device/checks.h"
 #include "device/cuda/driver.h"
-#include "device/cuda/kernel_params.h"
+#include "device/kernels/plan.h"
 #endif
 
 namespace cai::device::detail {
 
-namespace {
-
-// Indexed by kCopy/kFill + log2(word width) and kAdd + ElementType.
-constexpr std::string_view kKernelNames[] = {
-    "cai_copy_strided_1",  "cai_copy_strided_2", "cai_copy_strided_4", "cai_copy_strided_8",
-    "cai_copy_strided_16", "cai_fill_1",         "cai_fill_2",         "cai_fill_4",
-    "cai_fill_8",          "cai_fill_16",        "cai_add_b8",         "cai_add_i8",
-    "cai_add_i16",         "cai_add_i32",        "cai_add_i64",        "cai_add_u8",
-    "cai_add_u16",         "cai_add_u32",        "cai_add_u64",        "cai_add_f16",
-    "cai_add_f32",         "cai_add_f64",        "cai_add_c64",        "cai_add_c128",
-};
-
-static_assert(std::size(kKernelNames) == 24, "5 copies, 5 fills, 14 adds");
-
-}  // namespace
-
 std::span<const std::string_view> cuda_kernel_names() {
-  return kKernelNames;
+  return kernels::kernel_names;
 }
 
 bool cuda_kernels_built() {
@@ -87,19 +74,16 @@ namespace cai::device::cuda {
 
 namespace {
 
-using detail::AddressRange;
-using detail::check_element_type;
-using detail::check_itemsize;
 using detail::check_operand;
 using detail::check_range;
-using detail::check_shape;
 using detail::check_stream_handle;
 using detail::hex;
-using detail::kMaxDims;
-using namespace cai::device::cuda_kernels;
+using detail::range_text;
+using kernels::DataKernel;
+using kernels::kBlockSize;
+using kernels::KernelParams;
 
-constexpr std::size_t kCopy = 0, kFill = 5, kAdd = 10;
-constexpr std::size_t kKernelCount = kAdd + 14;
+static_assert(CAI_CUDA_MAX_RANK <= max_ndim, "the kernels' rank limit is for merged dims");
 // Enough blocks to fill any current GPU; the kernels loop over the rest (grid-stride).
 constexpr std::int64_t kMaxBlocks = 65535;
 
@@ -196,20 +180,6 @@ bool kernel_can_access(const PointerInfo& p, int device) {
   return false;
 }
 
-// Memset, fill and add take device, pinned_host or managed memory, as on the simulator: a
-// kernel cannot reach pageable host memory. Returns whether the kernel can use it in place
-// (false: another device's memory, staged).
-bool kernel_operand(std::string_view where, std::string_view name, std::uint64_t ptr, int device) {
-  const PointerInfo info = query_pointer(ptr);
-  if (info.kind == MemoryKind::unregistered) {
-    throw_error(Errc::device_error,
-                std::string(where) + ": " + std::string(name) + " at " + hex(ptr) +
-                    " is not CUDA memory (pageable host memory or a foreign pointer); kernels "
-                    "need device, pinned_host or managed memory");
-  }
-  return kernel_can_access(info, device);
-}
-
 // The context of a stream, current for the scope, and its device.
 struct StreamScope {
   explicit StreamScope(CUstream s) : stream(s), context(stream_context(s)), scope(context) {
@@ -223,27 +193,66 @@ struct StreamScope {
   int device = 0;
 };
 
+bool memory_pools_supported(int device) {
+  int pools = 0;
+  check(api().device_get_attribute(&pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+                                   device_of(device, "memory pools")),
+        "cuDeviceGetAttribute");
+  return pools != 0;
+}
+
+// Device memory for one stream: stream-ordered (cuMemAllocAsync) where the device has memory
+// pools, else cuMemAlloc, whose free must then wait for the stream.
+struct StreamMemory {
+  CUdeviceptr ptr = 0;
+  bool pooled = false;
+};
+
+StreamMemory stream_alloc(std::size_t bytes, const StreamScope& on) {
+  StreamMemory m;
+  m.pooled = memory_pools_supported(on.device);
+  if (m.pooled) {
+    check(api().mem_alloc_async(&m.ptr, bytes, on.stream), "cuMemAllocAsync");
+  } else {
+    check(api().mem_alloc(&m.ptr, bytes), "cuMemAlloc");
+  }
+  return m;
+}
+
+// Never throws (destructors call it); a failed free leaks the buffer.
+void stream_free(const StreamMemory& m, CUstream stream) noexcept {
+  const DriverApi& a = driver_state().api;
+  if (m.pooled) {
+    (void)a.mem_free_async(m.ptr, stream);
+  } else {
+    (void)a.stream_synchronize(stream);
+    (void)a.mem_free(m.ptr);
+  }
+}
+
 // Temporary device buffers for operands a kernel cannot reach (pageable host memory, another
 // device's memory) or that overlap: stream-ordered, freed after the operation's last use.
 class Staging {
  public:
-  explicit Staging(const StreamScope& on) : stream_(on.stream), device_(on.device) {}
-  ~Staging() { release(); }
+  explicit Staging(const StreamScope& on) : on_(on) {}
+  ~Staging() {
+    for (const StreamMemory& m : temps_) stream_free(m, on_.stream);
+  }
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
 
   /// A device copy of the bytes of r; returns where `ptr` lands in it.
-  std::uint64_t in(std::uint64_t ptr, AddressRange r) {
-    CUdeviceptr t = temp(r.size());
-    check(api().memcpy_async(t, r.lo, r.size(), stream_), "cuMemcpyAsync");
+  std::uint64_t in(std::uint64_t ptr, const ByteRange& r) {
+    const CUdeviceptr t = temp(r.size());
+    check(api().memcpy_async(t, r.lo, r.size(), on_.stream), "cuMemcpyAsync");
     return t + (ptr - r.lo);
   }
 
   /// A device buffer standing for the bytes of r, copied back by finish(). Their old values
-  /// are copied in first unless the operation overwrites every byte (`covered`).
-  std::uint64_t out(std::uint64_t ptr, AddressRange r, bool covered) {
-    CUdeviceptr t = temp(r.size());
-    if (!covered) check(api().memcpy_async(t, r.lo, r.size(), stream_), "cuMemcpyAsync");
+  /// are copied in first unless the operation overwrites every byte (`dense`).
+  std::uint64_t out(std::uint64_t ptr, const ByteRange& r, bool dense) {
+    const CUdeviceptr t = temp(r.size());
+    if (!dense) check(api().memcpy_async(t, r.lo, r.size(), on_.stream), "cuMemcpyAsync");
     write_backs_.push_back({r.lo, t, r.size()});
     return t + (ptr - r.lo);
   }
@@ -251,7 +260,7 @@ class Staging {
   /// Enqueues the copies back to the staged outputs.
   void finish() {
     for (const WriteBack& w : write_backs_) {
-      check(api().memcpy_async(w.dst, w.temp, w.bytes, stream_), "cuMemcpyAsync");
+      check(api().memcpy_async(w.dst, w.temp, w.bytes, on_.stream), "cuMemcpyAsync");
     }
   }
 
@@ -263,122 +272,18 @@ class Staging {
   };
 
   CUdeviceptr temp(std::size_t bytes) {
-    if (temps_.empty()) {
-      int pools = 0;
-      check(api().device_get_attribute(&pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
-                                       device_of(device_, "staging")),
-            "cuDeviceGetAttribute");
-      pools_ = pools != 0;
-    }
-    CUdeviceptr p = 0;
-    if (pools_) {
-      check(api().mem_alloc_async(&p, bytes, stream_), "cuMemAllocAsync");
-    } else {
-      check(api().mem_alloc(&p, bytes), "cuMemAlloc");
-    }
-    temps_.push_back(p);
-    return p;
+    temps_.push_back(stream_alloc(bytes, on_));
+    return temps_.back().ptr;
   }
 
-  void release() noexcept {
-    if (temps_.empty()) return;
-    const DriverApi& a = driver_state().api;
-    // Without memory pools the free is not stream-ordered: wait for the stream first.
-    if (!pools_) (void)a.stream_synchronize(stream_);
-    for (CUdeviceptr p : temps_) {
-      (void)(pools_ ? a.mem_free_async(p, stream_) : a.mem_free(p));
-    }
-  }
-
-  CUstream stream_;
-  int device_;
-  bool pools_ = false;  // stream-ordered allocation, known from the first temp()
-  std::vector<CUdeviceptr> temps_;
+  const StreamScope& on_;
+  std::vector<StreamMemory> temps_;
   std::vector<WriteBack> write_backs_;
 };
 
-// Every byte of the layout's extent is an element byte (no gaps), so a staged output need
-// not be copied in, and a layout shared by both sides of a copy is one plain copy.
-bool covers_extent(std::uint64_t ptr, std::span<const std::int64_t> shape,
-                   std::span<const std::int64_t> strides, std::size_t itemsize) {
-  return detail::for_each_run(ptr, shape, strides, itemsize, 1,
-                              [](std::uint64_t, std::uint64_t) {});
-}
-
-bool same_layout(std::span<const std::int64_t> shape, std::span<const std::int64_t> a,
-                 std::span<const std::int64_t> b) {
-  for (std::size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] != 1 && a[d] != b[d]) return false;
-  }
-  return true;
-}
-
-// The launch shape after dropping size-1 dims and merging each dim into the one outside it
-// when every operand steps over it contiguously; fewer dims, fewer divisions per element.
-template <std::size_t K>
-struct Dims {
-  int ndim = 0;
-  std::array<std::int64_t, CAI_CUDA_MAX_RANK> shape{};
-  std::array<std::array<std::int64_t, CAI_CUDA_MAX_RANK>, K> strides{};
-};
-
-template <std::size_t K>
-Dims<K> merge_dims(std::string_view where, std::span<const std::int64_t> shape,
-                   const std::array<std::span<const std::int64_t>, K>& strides) {
-  std::array<std::int64_t, kMaxDims> sh{};
-  std::array<std::array<std::int64_t, kMaxDims>, K> st{};
-  std::size_t nd = 0;
-  for (std::size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    bool merge = nd > 0;
-    for (std::size_t k = 0; k < K && merge; ++k) {
-      std::int64_t step = 0;
-      merge = !__builtin_mul_overflow(strides[k][d], shape[d], &step) && st[k][nd - 1] == step;
-    }
-    if (merge) {
-      sh[nd - 1] *= shape[d];
-      for (std::size_t k = 0; k < K; ++k) st[k][nd - 1] = strides[k][d];
-      continue;
-    }
-    sh[nd] = shape[d];
-    for (std::size_t k = 0; k < K; ++k) st[k][nd] = strides[k][d];
-    ++nd;
-  }
-  if (nd > CAI_CUDA_MAX_RANK) {
-    throw_error(Errc::not_implemented,
-                std::string(where) + ": " + std::to_string(nd) +
-                    " dimensions remain after merging contiguous ones; the CUDA kernels take at "
-                    "most " +
-                    std::to_string(CAI_CUDA_MAX_RANK));
-  }
-  Dims<K> out;
-  out.ndim = static_cast<int>(nd);
-  std::copy_n(sh.begin(), nd, out.shape.begin());
-  for (std::size_t k = 0; k < K; ++k) std::copy_n(st[k].begin(), nd, out.strides[k].begin());
-  return out;
-}
-
-// The widest word (16, 8, 4, 2 or 1 bytes) that divides the item size, every pointer and
-// every stride, so that each word access is aligned.
-template <std::size_t K>
-std::size_t word_width(std::size_t itemsize, std::initializer_list<std::uint64_t> ptrs,
-                       const Dims<K>& dims) {
-  for (std::size_t w : {16u, 8u, 4u, 2u}) {
-    bool ok = itemsize % w == 0;
-    for (std::uint64_t p : ptrs) ok = ok && p % w == 0;
-    for (std::size_t k = 0; k < K && ok; ++k) {
-      for (int d = 0; d < dims.ndim; ++d) {
-        ok = ok && dims.strides[k][static_cast<std::size_t>(d)] % static_cast<std::int64_t>(w) == 0;
-      }
-    }
-    if (ok) return w;
-  }
-  return 1;
-}
-
 // The kernels of one context, loaded from the PTX on first use there.
 struct Module {
-  std::array<CUfunction, kKernelCount> fn{};
+  std::array<CUfunction, kernels::kernel_count> fn{};
 };
 
 const Module& module_for(CUcontext ctx) {
@@ -401,40 +306,62 @@ const Module& module_for(CUcontext ctx) {
   }
   check(r, "cuModuleLoadData");
   auto m = std::make_unique<Module>();
-  for (std::size_t i = 0; i < kKernelCount; ++i) {
+  for (std::size_t i = 0; i < m->fn.size(); ++i) {
     // The names are literals, so data() is NUL-terminated.
-    check(a.module_get_function(&m->fn[i], mod, detail::cuda_kernel_names()[i].data()),
+    check(a.module_get_function(&m->fn[i], mod, kernels::kernel_names[i].data()),
           "cuModuleGetFunction");
   }
   return *modules.emplace(ctx, std::move(m)).first->second;
 }
 
-template <class Params>
-void launch(CUfunction f, std::int64_t total, CUstream stream, Params& params) {
-  const std::int64_t blocks = std::min((total + kBlockSize - 1) / kBlockSize, kMaxBlocks);
-  void* args[] = {&params};
-  check(api().launch_kernel(f, static_cast<unsigned int>(blocks), 1, 1, kBlockSize, 1, 1, 0, stream,
-                            args, nullptr),
-        "cuLaunchKernel");
+// One launch of kernel `index` over K operands at `ptrs` with the merged dims of the operation.
+template <std::size_t K>
+void launch(std::string_view where, const StreamScope& on, int index,
+            const std::array<std::uint64_t, K>& ptrs, const MergedDims<K>& dims, std::int32_t words,
+            const void* value = nullptr, std::size_t value_bytes = 0) {
+  static_assert(K <= CAI_KERNEL_MAX_OPERANDS);
+  if (dims.ndim > CAI_CUDA_MAX_RANK) {
+    throw_error(Errc::not_implemented,
+                std::string(where) + ": " + std::to_string(dims.ndim) +
+                    " dimensions remain after merging contiguous ones; the CUDA kernels take at "
+                    "most " +
+                    std::to_string(CAI_CUDA_MAX_RANK));
+  }
+  KernelParams p{};
+  p.total = 1;
+  p.ndim = dims.ndim;
+  p.words = words;
+  for (int d = 0; d < dims.ndim; ++d) {
+    p.shape[d] = dims.shape[static_cast<std::size_t>(d)];
+    p.total *= p.shape[d];
+  }
+  for (std::size_t k = 0; k < K; ++k) {
+    p.ptr[k] = ptrs[k];
+    for (int d = 0; d < dims.ndim; ++d) {
+      p.strides[k][d] = dims.strides[k][static_cast<std::size_t>(d)];
+    }
+  }
+  if (value_bytes > 0) std::memcpy(p.value, value, value_bytes);
+  const Module& m = module_for(on.context);
+  const std::int64_t blocks = std::min((p.total + kBlockSize - 1) / kBlockSize, kMaxBlocks);
+  void* args[] = {&p};
+  check(
+      api().launch_kernel(m.fn[static_cast<std::size_t>(index)], static_cast<unsigned int>(blocks),
+                          1, 1, kBlockSize, 1, 1, 0, on.stream, args, nullptr),
+      "cuLaunchKernel");
 }
 
-// The alignment of the scalars an add kernel loads: complex values load as two parts.
-std::size_t scalar_alignment(ElementType t) {
-  switch (t) {
-    case ElementType::c64:
-      return 4;
-    case ElementType::c128:
-      return 8;
-    default:
-      return element_size(t);
-  }
-}
+// The alignment each element type's kernel loads at (complex values load as two parts).
+#define CAI_ALIGNMENT(ctx, name, kind, value) alignof(value),
+constexpr std::size_t kAlignment[] = {CAI_ELEMENT_TYPES(CAI_ALIGNMENT, _)};
+#undef CAI_ALIGNMENT
 
 void check_aligned(std::string_view where, std::string_view name, const Operand& op,
-                   std::span<const std::int64_t> shape, std::size_t align) {
+                   std::size_t align) {
   bool ok = op.ptr % align == 0;
+  const auto shape = op.layout.shape();
   for (std::size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] != 1 && op.strides[d] % static_cast<std::int64_t>(align) != 0) ok = false;
+    if (shape[d] != 1 && op.layout.strides()[d] % static_cast<std::int64_t>(align) != 0) ok = false;
   }
   if (!ok) {
     throw_error(Errc::not_implemented,
@@ -443,6 +370,43 @@ void check_aligned(std::string_view where, std::string_view name, const Operand&
                     " bytes; the CUDA kernels need naturally aligned elements");
   }
 }
+
+// What the backend knows of the memory it allocated itself: exact allocation ranges, without a
+// driver call per operation. Entries are added by alloc/alloc_async and dropped by
+// free/free_async, so they are never stale. Other memory (allocated by another library) is
+// asked of the driver at each use: it can be freed or reallocated behind our back.
+class AllocationCache {
+ public:
+  void add(std::uint64_t base, const PointerInfo& info, bool pooled) {
+    std::lock_guard lock(mutex_);
+    entries_[base] = {info, pooled};
+  }
+  std::optional<PointerInfo> find(std::uint64_t ptr) const {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.upper_bound(ptr);
+    if (it == entries_.begin()) return std::nullopt;
+    --it;
+    if (ptr >= it->first + it->second.info.alloc_size) return std::nullopt;
+    return it->second.info;
+  }
+  /// Removes the allocation that starts at base; returns whether it was pooled (nullopt: none).
+  std::optional<bool> remove(std::uint64_t base) {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(base);
+    if (it == entries_.end()) return std::nullopt;
+    const bool pooled = it->second.pooled;
+    entries_.erase(it);
+    return pooled;
+  }
+
+ private:
+  struct Entry {
+    PointerInfo info;
+    bool pooled = false;
+  };
+  mutable std::mutex mutex_;
+  std::map<std::uint64_t, Entry> entries_;
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -492,27 +456,29 @@ class CudaBackend final : public Backend {
     switch (kind) {
       case MemoryKind::device:
         check(a.mem_alloc(&p, bytes), "cuMemAlloc");
-        return p;
+        break;
       case MemoryKind::pinned_host: {
         void* h = nullptr;
         check(a.mem_alloc_host(&h, bytes), "cuMemAllocHost");
-        return reinterpret_cast<std::uintptr_t>(h);
+        p = reinterpret_cast<std::uintptr_t>(h);
+        break;
       }
       case MemoryKind::managed:
         check(a.mem_alloc_managed(&p, bytes, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged");
-        return p;
-      case MemoryKind::unregistered:
         break;
+      case MemoryKind::unregistered:
+        throw_error(Errc::value_error,
+                    "alloc(): the CUDA backend allocates device, pinned_host or managed memory, "
+                    "not kind " +
+                        std::to_string(static_cast<int>(kind)));
     }
-    throw_error(Errc::value_error,
-                "alloc(): the CUDA backend allocates device, pinned_host or managed memory, not "
-                "kind " +
-                    std::to_string(static_cast<int>(kind)));
+    remember(p, bytes, kind, false);
+    return p;
   }
 
   void free(std::uint64_t ptr) override {
     if (ptr == 0) return;
-    PointerInfo info = query_pointer(ptr);
+    PointerInfo info = pointer_info(ptr);
     if (info.kind == MemoryKind::unregistered) {
       throw_error(Errc::value_error, "free(): " + hex(ptr) + " is not CUDA memory");
     }
@@ -520,33 +486,75 @@ class CudaBackend final : public Backend {
       throw_error(Errc::value_error, "free(): " + hex(ptr) + " is inside the allocation at " +
                                          hex(info.alloc_base) + "; pass its start");
     }
+    const std::optional<bool> pooled = cache_.remove(ptr);
     const DriverApi& a = api();
     CUcontext ctx = reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(info.context));
     ScopedContext scope(ctx != nullptr ? ctx : current_context());
     if (info.kind == MemoryKind::pinned_host) {
       check(a.mem_free_host(reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr))),
             "cuMemFreeHost");
+    } else if (pooled.value_or(false)) {
+      // Memory of alloc_async freed without a stream: order it after all work of the context.
+      check(a.ctx_synchronize(), "cuCtxSynchronize");
+      check(a.mem_free_async(ptr, CU_STREAM_LEGACY), "cuMemFreeAsync");
     } else {
       check(a.mem_free(ptr), "cuMemFree");
     }
   }
 
-  PointerInfo pointer_info(std::uint64_t ptr) override { return query_pointer(ptr); }
+  PointerInfo pointer_info(std::uint64_t ptr) override {
+    if (std::optional<PointerInfo> known = cache_.find(ptr)) return *known;
+    PointerInfo info = query_pointer(ptr);
+    if (info.kind != MemoryKind::unregistered && info.alloc_size == 0) {
+      // No range attribute for this memory: ask for the allocation's range directly.
+      CUdeviceptr base = 0;
+      std::size_t size = 0;
+      if (api().mem_get_address_range(&base, &size, ptr) == CUDA_SUCCESS) {
+        info.alloc_base = base;
+        info.alloc_size = size;
+      }
+    }
+    return info;
+  }
+
+  std::uint64_t alloc_async(std::size_t bytes, StreamHandle s) override {
+    constexpr std::string_view where = "alloc_async()";
+    CUstream stream = to_stream(s, where);
+    if (bytes == 0) return 0;
+    StreamScope on(stream);
+    const StreamMemory m = stream_alloc(bytes, on);
+    remember(m.ptr, bytes, MemoryKind::device, m.pooled);
+    return m.ptr;
+  }
+
+  void free_async(std::uint64_t ptr, StreamHandle s) override {
+    constexpr std::string_view where = "free_async()";
+    CUstream stream = to_stream(s, where);
+    if (ptr == 0) return;
+    const std::optional<bool> pooled = cache_.remove(ptr);
+    if (!pooled) {
+      throw_error(Errc::value_error, std::string(where) + ": " + hex(ptr) +
+                                         " is not the start of an allocation of alloc_async() or "
+                                         "alloc()");
+    }
+    StreamScope on(stream);
+    stream_free({ptr, *pooled}, stream);
+  }
 
   void memset_async(std::uint64_t dst, int byte, std::size_t bytes, StreamHandle s) override {
     constexpr std::string_view where = "memset_async()";
     CUstream stream = to_stream(s, where);
-    AddressRange r = check_range(where, "dst", dst, bytes);
+    const ByteRange r = check_range(where, "dst", dst, bytes);
     if (bytes == 0) return;
     StreamScope on(stream);
     const auto value = static_cast<unsigned char>(byte);
-    if (kernel_operand(where, "dst", dst, on.device)) {
+    if (kernel_can_access(check_memory(where, "dst", r, false), on.device)) {
       check(api().memset_d8_async(dst, value, bytes, stream), "cuMemsetD8Async");
       return;
     }
     // Another device's memory: set a local buffer, let cuMemcpyAsync cross over.
     Staging stage(on);
-    std::uint64_t t = stage.out(dst, r, true);
+    const std::uint64_t t = stage.out(dst, r, true);
     check(api().memset_d8_async(t, value, bytes, stream), "cuMemsetD8Async");
     stage.finish();
   }
@@ -555,150 +563,137 @@ class CudaBackend final : public Backend {
                   StreamHandle s) override {
     constexpr std::string_view where = "copy_async()";
     CUstream stream = to_stream(s, where);
-    AddressRange dr = check_range(where, "dst", dst, bytes);
-    AddressRange sr = check_range(where, "src", src, bytes);
+    const ByteRange dr = check_range(where, "dst", dst, bytes);
+    const ByteRange sr = check_range(where, "src", src, bytes);
     if (bytes == 0 || dst == src) return;
     StreamScope on(stream);
-    if (dr.lo < sr.hi && sr.lo < dr.hi) {
+    check_memory(where, "dst", dr, true);
+    check_memory(where, "src", sr, true);
+    if (dr.intersects(sr)) {
       // cuMemcpy is undefined on overlap; go through a copy of the source (memmove).
       Staging stage(on);
-      std::uint64_t t = stage.in(src, sr);
+      const std::uint64_t t = stage.in(src, sr);
       check(api().memcpy_async(dst, t, bytes, stream), "cuMemcpyAsync");
       return;
     }
     check(api().memcpy_async(dst, src, bytes, stream), "cuMemcpyAsync");
   }
 
-  void copy_strided_async(Operand dst, Operand src, std::span<const std::int64_t> shape,
-                          std::size_t itemsize, StreamHandle s) override {
+  void copy_strided_async(const Operand& dst, const Operand& src, StreamHandle s) override {
     constexpr std::string_view where = "copy_strided_async()";
     CUstream stream = to_stream(s, where);
-    check_itemsize(where, itemsize);
-    const std::int64_t total = check_shape(where, shape);
-    AddressRange dr = check_operand(where, "dst", dst, shape, itemsize);
-    AddressRange sr = check_operand(where, "src", src, shape, itemsize);
-    if (total == 0) return;
-    const bool same = same_layout(shape, dst.strides, src.strides);
-    if (same && dst.ptr == src.ptr) return;
-    const bool overlap = dr.lo < sr.hi && sr.lo < dr.hi;
-    if (same && covers_extent(dst.ptr, shape, dst.strides, itemsize)) {
+    detail::check_same_layout_size(where, "dst", dst, "src", src);
+    const ByteRange dr = check_operand(where, "dst", dst);
+    const ByteRange sr = check_operand(where, "src", src);
+    const Layout& layout = dst.layout;
+    if (layout.nbytes() == 0) return;
+    StreamScope on(stream);
+    const PointerInfo dinfo = check_memory(where, "dst", dr, dst.host);
+    const PointerInfo sinfo = check_memory(where, "src", sr, src.host);
+    if (same_elements(dst.ptr, layout.strides(), src.ptr, src.layout.strides(), layout.shape())) {
+      return;
+    }
+    const bool overlap = dr.intersects(sr);
+    if (same_elements(0, layout.strides(), 0, src.layout.strides(), layout.shape()) &&
+        layout.is_dense()) {
       // Both sides put the same bytes at the same offsets without gaps (e.g. both
       // C-contiguous): one plain copy, whatever the memory kinds.
-      StreamScope on(stream);
       Staging stage(on);
-      std::uint64_t from = overlap ? stage.in(sr.lo, sr) : sr.lo;
+      const std::uint64_t from = overlap ? stage.in(sr.lo, sr) : sr.lo;
       check(api().memcpy_async(dr.lo, from, dr.size(), stream), "cuMemcpyAsync");
       return;
     }
     require_kernels(where);
-    if (itemsize > static_cast<std::size_t>(INT32_MAX)) {
-      throw_error(Errc::not_implemented, std::string(where) + ": itemsize " +
-                                             std::to_string(itemsize) + " exceeds 2^31 - 1");
-    }
-    StreamScope on(stream);
     Staging stage(on);
     std::uint64_t sp = src.ptr;
     std::uint64_t dp = dst.ptr;
     // The source is staged when the kernel cannot read it, or so that the result does not
     // depend on the order the threads run in when it overlaps the destination.
-    if (overlap || !kernel_can_access(query_pointer(src.ptr), on.device)) {
-      sp = stage.in(src.ptr, sr);
+    if (overlap || !kernel_can_access(sinfo, on.device)) sp = stage.in(src.ptr, sr);
+    if (!kernel_can_access(dinfo, on.device)) dp = stage.out(dst.ptr, dr, layout.is_dense());
+    const auto dims = kernels::merge_operands<2>({&dst, &src});
+    const std::array<std::uint64_t, 2> ptrs{dp, sp};
+    const int log2 = kernels::word_width_log2<2>(layout.itemsize(), ptrs, dims);
+    const std::int64_t words = layout.itemsize() >> log2;
+    if (words > INT32_MAX) {
+      throw_error(Errc::not_implemented, std::string(where) + ": itemsize " +
+                                             std::to_string(layout.itemsize()) +
+                                             " is too large for the copy kernel");
     }
-    if (!kernel_can_access(query_pointer(dst.ptr), on.device)) {
-      dp = stage.out(dst.ptr, dr, covers_extent(dst.ptr, shape, dst.strides, itemsize));
-    }
-    const Dims<2> dims = merge_dims<2>(where, shape, {dst.strides, src.strides});
-    const std::size_t w = word_width(itemsize, {dp, sp}, dims);
-    CopyParams p{};
-    p.dst = dp;
-    p.src = sp;
-    p.total = total;
-    p.ndim = dims.ndim;
-    p.words = static_cast<std::int32_t>(itemsize / w);
-    std::copy_n(dims.shape.begin(), dims.ndim, p.shape);
-    std::copy_n(dims.strides[0].begin(), dims.ndim, p.dst_strides);
-    std::copy_n(dims.strides[1].begin(), dims.ndim, p.src_strides);
-    const Module& m = module_for(on.context);
-    launch(m.fn[kCopy + static_cast<std::size_t>(std::countr_zero(w))], total, stream, p);
+    launch<2>(where, on, kernels::kernel_index(kernels::DataKernel::copy, log2), ptrs, dims,
+              static_cast<std::int32_t>(words));
     stage.finish();
   }
 
-  void fill_async(Operand dst, std::span<const std::int64_t> shape, std::size_t itemsize,
-                  const void* value, StreamHandle s) override {
+  void fill_async(const Operand& dst, const void* value, StreamHandle s) override {
     constexpr std::string_view where = "fill_async()";
     CUstream stream = to_stream(s, where);
-    check_itemsize(where, itemsize);
-    const std::int64_t total = check_shape(where, shape);
-    AddressRange dr = check_operand(where, "dst", dst, shape, itemsize);
-    if (total == 0) return;
+    const ByteRange dr = check_operand(where, "dst", dst);
+    const Layout& layout = dst.layout;
+    if (layout.nbytes() == 0) return;
     if (value == nullptr) {
       throw_error(Errc::value_error, std::string(where) + ": value is a null pointer");
     }
-    if (itemsize > CAI_CUDA_MAX_FILL_BYTES) {
+    const auto itemsize = static_cast<std::size_t>(layout.itemsize());
+    if (itemsize > CAI_KERNEL_VALUE_BYTES) {
       throw_error(Errc::not_implemented, std::string(where) + ": itemsize " +
                                              std::to_string(itemsize) +
                                              " exceeds the CUDA fill kernel's " +
-                                             std::to_string(CAI_CUDA_MAX_FILL_BYTES) + " bytes");
+                                             std::to_string(CAI_KERNEL_VALUE_BYTES) + " bytes");
     }
-    require_kernels(where);
     StreamScope on(stream);
+    const PointerInfo info = check_memory(where, "dst", dr, false);
+    require_kernels(where);
     Staging stage(on);
     std::uint64_t dp = dst.ptr;
-    if (!kernel_operand(where, "dst", dst.ptr, on.device)) {
-      dp = stage.out(dst.ptr, dr, covers_extent(dst.ptr, shape, dst.strides, itemsize));
-    }
-    const Dims<1> dims = merge_dims<1>(where, shape, {dst.strides});
-    const std::size_t w = word_width(itemsize, {dp}, dims);
-    FillParams p{};
-    p.dst = dp;
-    p.total = total;
-    p.ndim = dims.ndim;
-    p.words = static_cast<std::int32_t>(itemsize / w);
-    std::copy_n(dims.shape.begin(), dims.ndim, p.shape);
-    std::copy_n(dims.strides[0].begin(), dims.ndim, p.dst_strides);
-    std::memcpy(p.pattern, value, itemsize);
-    const Module& m = module_for(on.context);
-    launch(m.fn[kFill + static_cast<std::size_t>(std::countr_zero(w))], total, stream, p);
+    if (!kernel_can_access(info, on.device)) dp = stage.out(dst.ptr, dr, layout.is_dense());
+    const auto dims = kernels::merge_operands<1>({&dst});
+    const std::array<std::uint64_t, 1> ptrs{dp};
+    const int log2 = kernels::word_width_log2<1>(layout.itemsize(), ptrs, dims);
+    launch<1>(where, on, kernels::kernel_index(kernels::DataKernel::fill, log2), ptrs, dims,
+              static_cast<std::int32_t>(itemsize >> log2), value, itemsize);
     stage.finish();
   }
 
-  void add_async(Operand out, Operand a, Operand b, std::span<const std::int64_t> shape,
-                 ElementType type, StreamHandle s) override {
-    constexpr std::string_view where = "add_async()";
+  void elementwise_async(ElementwiseOp op, ElementType type, std::span<const Operand> operands,
+                         StreamHandle s) override {
+    const std::string where =
+        std::string(is_valid(op) ? info(op).name : "elementwise") + "_async()";
     CUstream stream = to_stream(s, where);
-    check_element_type(where, type);
-    const std::size_t itemsize = element_size(type);
-    const std::int64_t total = check_shape(where, shape);
-    AddressRange outr = check_operand(where, "out", out, shape, itemsize);
-    AddressRange ar = check_operand(where, "a", a, shape, itemsize);
-    AddressRange br = check_operand(where, "b", b, shape, itemsize);
-    if (total == 0) return;
+    const auto ranges = detail::check_elementwise(where, op, type, operands);
+    if (operands[0].layout.size() == 0) return;
     require_kernels(where);
-    const std::size_t align = scalar_alignment(type);
-    check_aligned(where, "out", out, shape, align);
-    check_aligned(where, "a", a, shape, align);
-    check_aligned(where, "b", b, shape, align);
-    StreamScope on(stream);
-    Staging stage(on);
-    std::uint64_t ap = a.ptr, bp = b.ptr, op = out.ptr;
-    if (!kernel_operand(where, "a", a.ptr, on.device)) ap = stage.in(a.ptr, ar);
-    if (!kernel_operand(where, "b", b.ptr, on.device)) bp = stage.in(b.ptr, br);
-    if (!kernel_operand(where, "out", out.ptr, on.device)) {
-      op = stage.out(out.ptr, outr, covers_extent(out.ptr, shape, out.strides, itemsize));
+    const std::size_t align = kAlignment[static_cast<int>(type)];
+    for (std::size_t k = 0; k < operands.size(); ++k) {
+      check_aligned(where, elementwise_operand_name(k), operands[k], align);
     }
-    const Dims<3> dims = merge_dims<3>(where, shape, {out.strides, a.strides, b.strides});
-    AddParams p{};
-    p.out = op;
-    p.a = ap;
-    p.b = bp;
-    p.total = total;
-    p.ndim = dims.ndim;
-    std::copy_n(dims.shape.begin(), dims.ndim, p.shape);
-    std::copy_n(dims.strides[0].begin(), dims.ndim, p.out_strides);
-    std::copy_n(dims.strides[1].begin(), dims.ndim, p.a_strides);
-    std::copy_n(dims.strides[2].begin(), dims.ndim, p.b_strides);
-    const Module& m = module_for(on.context);
-    launch(m.fn[kAdd + static_cast<std::size_t>(type)], total, stream, p);
+    StreamScope on(stream);
+    std::array<PointerInfo, CAI_KERNEL_MAX_OPERANDS> infos;
+    for (std::size_t k = 0; k < operands.size(); ++k) {
+      infos[k] = check_memory(where, elementwise_operand_name(k), ranges[k], false);
+    }
+    Staging stage(on);
+    std::array<std::uint64_t, CAI_KERNEL_MAX_OPERANDS> ptrs{};
+    for (std::size_t k = 0; k < operands.size(); ++k) {
+      ptrs[k] = operands[k].ptr;
+      if (kernel_can_access(infos[k], on.device)) continue;
+      ptrs[k] = k == 0 ? stage.out(ptrs[k], ranges[k], operands[k].layout.is_dense())
+                       : stage.in(ptrs[k], ranges[k]);
+    }
+    const int index = kernels::kernel_index(op, type);
+    switch (operands.size()) {
+      case 2:
+        launch<2>(where, on, index, {ptrs[0], ptrs[1]},
+                  kernels::merge_operands<2>({&operands[0], &operands[1]}), 1);
+        break;
+      case 3:
+        launch<3>(where, on, index, {ptrs[0], ptrs[1], ptrs[2]},
+                  kernels::merge_operands<3>({&operands[0], &operands[1], &operands[2]}), 1);
+        break;
+      default:
+        throw_error(Errc::not_implemented,
+                    where + ": no launch for " + std::to_string(operands.size()) + " operands");
+    }
     stage.finish();
   }
 
@@ -787,6 +782,57 @@ class CudaBackend final : public Backend {
     current_context();
     check(api().ctx_synchronize(), "cuCtxSynchronize");
   }
+
+ private:
+  // Records an allocation of the current context, from what we asked for rather than from a
+  // driver query (a stream-ordered allocation may not be mapped yet).
+  void remember(std::uint64_t ptr, std::size_t bytes, MemoryKind kind, bool pooled) {
+    PointerInfo info;
+    info.kind = kind;
+    info.context = reinterpret_cast<std::uintptr_t>(current_context());
+    CUdevice dev = 0;
+    check(api().ctx_get_device(&dev), "cuCtxGetDevice");
+    info.device = ordinal_of(dev);
+    info.host_accessible = kind != MemoryKind::device;
+    info.device_accessible = true;
+    info.alloc_base = ptr;
+    info.alloc_size = bytes;
+    cache_.add(ptr, info, pooled);
+  }
+
+  // Checks the bytes r of an operand before any work: array data must be memory of this
+  // backend (device, pinned_host or managed) within one live allocation; `host` operands may
+  // also be pageable host memory. Returns what the memory is. Needs a current context.
+  PointerInfo check_memory(std::string_view where, std::string_view name, const ByteRange& r,
+                           bool host) {
+    if (r.empty()) return {};
+    const std::string what = std::string(where) + ": " + std::string(name) + " " + range_text(r);
+    const PointerInfo info = pointer_info(r.lo);
+    if (info.kind == MemoryKind::unregistered) {
+      if (host) {
+        const PointerInfo last = pointer_info(r.hi - 1);
+        if (last.kind != MemoryKind::unregistered) {
+          throw_error(Errc::device_error,
+                      what + " starts outside the allocation " +
+                          range_text({last.alloc_base, last.alloc_base + last.alloc_size}) +
+                          " but runs into it");
+        }
+        return info;
+      }
+      throw_error(Errc::device_error,
+                  what +
+                      " is not CUDA memory (a foreign or freed pointer, or pageable host "
+                      "memory); array data must be device, pinned_host or managed memory");
+    }
+    const ByteRange alloc{info.alloc_base, info.alloc_base + info.alloc_size};
+    if (info.alloc_size != 0 && !alloc.contains(r)) {
+      throw_error(Errc::device_error,
+                  what + " runs past the end of its allocation " + range_text(alloc));
+    }
+    return info;
+  }
+
+  AllocationCache cache_;
 };
 
 }  // namespace

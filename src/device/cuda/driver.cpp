@@ -118,6 +118,7 @@ DriverState load() {
       {"cuMemFreeHost", reinterpret_cast<void**>(&a.mem_free_host)},
       {"cuMemAllocAsync", reinterpret_cast<void**>(&a.mem_alloc_async)},
       {"cuMemFreeAsync", reinterpret_cast<void**>(&a.mem_free_async)},
+      {"cuMemGetAddressRange", reinterpret_cast<void**>(&a.mem_get_address_range)},
       {"cuPointerGetAttributes", reinterpret_cast<void**>(&a.pointer_get_attributes)},
       {"cuMemsetD8Async", reinterpret_cast<void**>(&a.memset_d8_async)},
       {"cuMemcpyAsync", reinterpret_cast<void**>(&a.memcpy_async)},

@@ -44,6 +44,7 @@ struct DriverApi {
   PFN_cuMemAllocAsync_v11020 mem_alloc_async = nullptr;
   PFN_cuMemFreeAsync_v11020 mem_free_async = nullptr;
   PFN_cuPointerGetAttributes_v7000 pointer_get_attributes = nullptr;
+  PFN_cuMemGetAddressRange_v3020 mem_get_address_range = nullptr;
   PFN_cuMemsetD8Async_v3020 memset_d8_async = nullptr;
   PFN_cuMemcpyAsync_v4000 memcpy_async = nullptr;
   PFN_cuStreamCreate_v2000 stream_create = nullptr;

@@ -1,40 +1,16 @@
 // The CUDA backend's kernels. Compiled to PTX only (nvcc --ptx) and embedded in the library;
-// the driver JIT-compiles the PTX for whatever GPU it finds. extern "C" keeps the entry names
-// stable for cuModuleGetFunction.
+// the driver JIT-compiles the PTX for whatever GPU it finds. The entry points are generated
+// from the tables (cai/device/operations.h, CAI_DATA_KERNELS in launch.h): one grid-stride
+// loop per family calls the per-element functors of elementwise.h, the same ones the CPU runs.
+// extern "C" keeps the entry names stable for cuModuleGetFunction.
 
-#include <cuda_fp16.h>
-
-#include "kernel_params.h"
+#include "device/kernels/elementwise.h"
+#include "device/kernels/launch.h"
 
 namespace {
 
-using cai::device::cuda_kernels::AddParams;
-using cai::device::cuda_kernels::CopyParams;
-using cai::device::cuda_kernels::FillParams;
-
-// Word type of each width; uint4 is a 16-byte aligned vector.
-template <int W>
-struct Word;
-template <>
-struct Word<1> {
-  using type = unsigned char;
-};
-template <>
-struct Word<2> {
-  using type = unsigned short;
-};
-template <>
-struct Word<4> {
-  using type = unsigned int;
-};
-template <>
-struct Word<8> {
-  using type = unsigned long long;
-};
-template <>
-struct Word<16> {
-  using type = uint4;
-};
+using cai::device::kernels::KernelParams;
+namespace k = cai::device::kernels;
 
 __device__ __forceinline__ int64_t first_index() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -44,175 +20,76 @@ __device__ __forceinline__ int64_t grid_stride() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
-// Byte offsets of element `e` (C order) in up to three strided layouts.
+// The addresses of element `e` (C order) in each of the K operands.
 template <int K>
-__device__ __forceinline__ void offsets(int64_t e, int ndim, const int64_t* shape,
-                                        const int64_t* const (&strides)[K], int64_t (&off)[K]) {
+__device__ __forceinline__ void element_pointers(const KernelParams& p, int64_t e,
+                                                 char* (&ptr)[K]) {
+  int64_t off[K];
   for (int k = 0; k < K; ++k) off[k] = 0;
-  for (int d = ndim - 1; d >= 0; --d) {
-    const int64_t n = shape[d];
+  for (int d = p.ndim - 1; d >= 0; --d) {
+    const int64_t n = p.shape[d];
     const int64_t i = e % n;
     e /= n;
-    for (int k = 0; k < K; ++k) off[k] += i * strides[k][d];
+    for (int k = 0; k < K; ++k) off[k] += i * p.strides[k][d];
   }
+  for (int k = 0; k < K; ++k)
+    ptr[k] = reinterpret_cast<char*>(p.ptr[k] + static_cast<uint64_t>(off[k]));
 }
 
-template <int W>
-__device__ void copy_strided(const CopyParams& p) {
-  using T = typename Word<W>::type;
-  const int64_t* const strides[2] = {p.dst_strides, p.src_strides};
+// Family 1, data movement: items of `words` W-byte words.
+template <class Kernel, int K, int W>
+__device__ void data_kernel(const KernelParams& p) {
+  const char* value = reinterpret_cast<const char*>(p.value);
   for (int64_t e = first_index(); e < p.total; e += grid_stride()) {
-    int64_t off[2];
-    offsets<2>(e, p.ndim, p.shape, strides, off);
-    T* dst = reinterpret_cast<T*>(p.dst + static_cast<uint64_t>(off[0]));
-    const T* src = reinterpret_cast<const T*>(p.src + static_cast<uint64_t>(off[1]));
-    for (int w = 0; w < p.words; ++w) dst[w] = src[w];
+    char* ptr[K];
+    element_pointers<K>(p, e, ptr);
+    Kernel::template item<W>(ptr, value, p.words);
   }
 }
 
-template <int W>
-__device__ void fill(const FillParams& p) {
-  using T = typename Word<W>::type;
-  const int64_t* const strides[1] = {p.dst_strides};
-  const T* value = reinterpret_cast<const T*>(p.pattern);
-  for (int64_t e = first_index(); e < p.total; e += grid_stride()) {
-    int64_t off[1];
-    offsets<1>(e, p.ndim, p.shape, strides, off);
-    T* dst = reinterpret_cast<T*>(p.dst + static_cast<uint64_t>(off[0]));
-    for (int w = 0; w < p.words; ++w) dst[w] = value[w];
+// Family 2, elementwise operations on element values: out = Op(inputs...).
+template <class Op, class T, int N>
+__device__ void elementwise_kernel(const KernelParams& p) {
+  if constexpr (k::supports<Op, T, N>) {
+    for (int64_t e = first_index(); e < p.total; e += grid_stride()) {
+      char* ptr[N + 1];
+      element_pointers<N + 1>(p, e, ptr);
+      k::apply_element<Op, T, N>(ptr[0], ptr + 1);
+    }
   }
+  // Unsupported pairs keep an (empty) entry so that every name exists; the host refuses them.
 }
-
-template <class T, class Op>
-__device__ void add(const AddParams& p, Op op) {
-  const int64_t* const strides[3] = {p.out_strides, p.a_strides, p.b_strides};
-  for (int64_t e = first_index(); e < p.total; e += grid_stride()) {
-    int64_t off[3];
-    offsets<3>(e, p.ndim, p.shape, strides, off);
-    const T x = *reinterpret_cast<const T*>(p.a + static_cast<uint64_t>(off[1]));
-    const T y = *reinterpret_cast<const T*>(p.b + static_cast<uint64_t>(off[2]));
-    *reinterpret_cast<T*>(p.out + static_cast<uint64_t>(off[0])) = op(x, y);
-  }
-}
-
-// Integers wrap around: add in the unsigned type (no signed-overflow UB).
-template <class T, class U>
-struct WrapAdd {
-  __device__ T operator()(T x, T y) const {
-    return static_cast<T>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
-  }
-};
-
-// bool + bool is logical or, as in NumPy; any non-zero byte reads as true.
-struct OrAdd {
-  __device__ unsigned char operator()(unsigned char x, unsigned char y) const {
-    return (x != 0 || y != 0) ? 1 : 0;
-  }
-};
-
-struct PlainAdd {
-  template <class T>
-  __device__ T operator()(T x, T y) const {
-    return x + y;
-  }
-};
-
-struct HalfAdd {
-  __device__ __half operator()(__half x, __half y) const { return __hadd(x, y); }
-};
-
-// Complex values are loaded as their parts: c128 is only 8-byte aligned in NumPy.
-template <class R>
-struct Complex {
-  R re, im;
-};
-
-struct ComplexAdd {
-  template <class R>
-  __device__ Complex<R> operator()(Complex<R> x, Complex<R> y) const {
-    return {x.re + y.re, x.im + y.im};
-  }
-};
 
 }  // namespace
 
-#define CAI_BOUNDS __launch_bounds__(cai::device::cuda_kernels::kBlockSize)
+// The operand count of each data-movement kernel and the input count of each operation, by
+// name, for the entries below.
+namespace {
+#define CAI_DATA_OPERANDS(ctx, kernel, operands) constexpr int operands_##kernel = operands;
+CAI_DATA_KERNELS(CAI_DATA_OPERANDS, _)
+#define CAI_OP_INPUTS(ctx, op, inputs, summary) constexpr int inputs_##op = inputs;
+CAI_ELEMENTWISE_OPS(CAI_OP_INPUTS, _)
+}  // namespace
+
+#define CAI_BOUNDS __launch_bounds__(cai::device::kernels::kBlockSize)
 
 extern "C" {
 
-__global__ void CAI_BOUNDS cai_copy_strided_1(CopyParams p) {
-  copy_strided<1>(p);
-}
-__global__ void CAI_BOUNDS cai_copy_strided_2(CopyParams p) {
-  copy_strided<2>(p);
-}
-__global__ void CAI_BOUNDS cai_copy_strided_4(CopyParams p) {
-  copy_strided<4>(p);
-}
-__global__ void CAI_BOUNDS cai_copy_strided_8(CopyParams p) {
-  copy_strided<8>(p);
-}
-__global__ void CAI_BOUNDS cai_copy_strided_16(CopyParams p) {
-  copy_strided<16>(p);
-}
+// cai_copy_1 ... cai_fill_16
+#define CAI_DATA_ENTRY(kernel, bytes, log2)                           \
+  __global__ void CAI_BOUNDS cai_##kernel##_##bytes(KernelParams p) { \
+    data_kernel<k::data::kernel, operands_##kernel, bytes>(p);        \
+  }
+#define CAI_DATA_ENTRIES(ctx, kernel, operands) CAI_WORD_WIDTHS(CAI_DATA_ENTRY, kernel)
+CAI_DATA_KERNELS(CAI_DATA_ENTRIES, _)
 
-__global__ void CAI_BOUNDS cai_fill_1(FillParams p) {
-  fill<1>(p);
-}
-__global__ void CAI_BOUNDS cai_fill_2(FillParams p) {
-  fill<2>(p);
-}
-__global__ void CAI_BOUNDS cai_fill_4(FillParams p) {
-  fill<4>(p);
-}
-__global__ void CAI_BOUNDS cai_fill_8(FillParams p) {
-  fill<8>(p);
-}
-__global__ void CAI_BOUNDS cai_fill_16(FillParams p) {
-  fill<16>(p);
-}
-
-__global__ void CAI_BOUNDS cai_add_b8(AddParams p) {
-  add<unsigned char>(p, OrAdd{});
-}
-__global__ void CAI_BOUNDS cai_add_i8(AddParams p) {
-  add<signed char>(p, WrapAdd<signed char, unsigned char>{});
-}
-__global__ void CAI_BOUNDS cai_add_i16(AddParams p) {
-  add<short>(p, WrapAdd<short, unsigned short>{});
-}
-__global__ void CAI_BOUNDS cai_add_i32(AddParams p) {
-  add<int>(p, WrapAdd<int, unsigned int>{});
-}
-__global__ void CAI_BOUNDS cai_add_i64(AddParams p) {
-  add<long long>(p, WrapAdd<long long, unsigned long long>{});
-}
-__global__ void CAI_BOUNDS cai_add_u8(AddParams p) {
-  add<unsigned char>(p, WrapAdd<unsigned char, unsigned char>{});
-}
-__global__ void CAI_BOUNDS cai_add_u16(AddParams p) {
-  add<unsigned short>(p, WrapAdd<unsigned short, unsigned short>{});
-}
-__global__ void CAI_BOUNDS cai_add_u32(AddParams p) {
-  add<unsigned int>(p, WrapAdd<unsigned int, unsigned int>{});
-}
-__global__ void CAI_BOUNDS cai_add_u64(AddParams p) {
-  add<unsigned long long>(p, WrapAdd<unsigned long long, unsigned long long>{});
-}
-__global__ void CAI_BOUNDS cai_add_f16(AddParams p) {
-  add<__half>(p, HalfAdd{});
-}
-__global__ void CAI_BOUNDS cai_add_f32(AddParams p) {
-  add<float>(p, PlainAdd{});
-}
-__global__ void CAI_BOUNDS cai_add_f64(AddParams p) {
-  add<double>(p, PlainAdd{});
-}
-__global__ void CAI_BOUNDS cai_add_c64(AddParams p) {
-  add<Complex<float>>(p, ComplexAdd{});
-}
-__global__ void CAI_BOUNDS cai_add_c128(AddParams p) {
-  add<Complex<double>>(p, ComplexAdd{});
-}
+// cai_add_b8 ... cai_add_c128
+#define CAI_ELEMENTWISE_ENTRY(op, type, kind, value)             \
+  __global__ void CAI_BOUNDS cai_##op##_##type(KernelParams p) { \
+    elementwise_kernel<k::ops::op, value, inputs_##op>(p);       \
+  }
+#define CAI_ELEMENTWISE_ENTRIES(ctx, op, inputs, summary) \
+  CAI_ELEMENT_TYPES(CAI_ELEMENTWISE_ENTRY, op)
+CAI_ELEMENTWISE_OPS(CAI_ELEMENTWISE_ENTRIES, _)
 
 }  // extern "C"

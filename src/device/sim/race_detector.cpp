@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cai/core/error.h"
+#include "cai/core/strided.h"
 #include "device/checks.h"
 
 namespace cai::device::detail {
@@ -34,7 +35,7 @@ void join(VectorClock& a, const VectorClock& b) {
 
 bool append_runs(std::vector<AccessRun>& out, std::uint64_t ptr,
                  std::span<const std::int64_t> shape, std::span<const std::int64_t> strides,
-                 std::size_t itemsize, bool write) {
+                 std::int64_t itemsize, bool write) {
   return for_each_run(ptr, shape, strides, itemsize, kMaxRunsPerAccess,
                       [&](std::uint64_t lo, std::uint64_t hi) {
                         out.push_back({lo, hi, write});

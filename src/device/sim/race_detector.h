@@ -35,7 +35,7 @@ inline constexpr std::size_t kMaxRunsPerAccess = std::size_t{1} << 20;
 /// the byte extent.
 bool append_runs(std::vector<AccessRun>& out, std::uint64_t ptr,
                  std::span<const std::int64_t> shape, std::span<const std::int64_t> strides,
-                 std::size_t itemsize, bool write);
+                 std::int64_t itemsize, bool write);
 
 /// Sorted, disjoint runs; a byte both read and written counts as written.
 std::vector<AccessRun> normalize_runs(std::vector<AccessRun> runs);

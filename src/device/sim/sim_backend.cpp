@@ -12,6 +12,7 @@
 
 #include "cai/core/error.h"
 #include "device/checks.h"
+#include "device/kernels/cpu.h"
 
 namespace cai::device::detail {
 
@@ -23,10 +24,6 @@ constexpr std::uint64_t kEventBase = 0xe100000000;
 constexpr std::uint64_t kContextBase = 0xc000000000;
 constexpr std::size_t kAlignment = 256;
 constexpr int kMaxDevices = 64;
-
-std::string range_text(std::uint64_t lo, std::uint64_t hi) {
-  return "[" + hex(lo) + "+" + std::to_string(hi - lo) + ")";
-}
 
 void* host_ptr(std::uint64_t p) {
   return reinterpret_cast<void*>(static_cast<std::uintptr_t>(p));
@@ -64,23 +61,23 @@ std::uint64_t this_thread_id() {
   return t.id;
 }
 
-// Expands one strided access into runs after validating it.
-void expand_operand(std::vector<AccessRun>& runs, const char* where, const char* name,
-                    const Operand& op, std::span<const std::int64_t> shape, std::size_t itemsize,
-                    bool write) {
-  AddressRange r = check_operand(where, name, op, shape, itemsize);
-  if (!r.empty()) append_runs(runs, op.ptr, shape, op.strides, itemsize, write);
+// Appends the runs of one validated operand.
+void append_operand(std::vector<AccessRun>& runs, const Operand& op, bool write) {
+  if (op.layout.nbytes() == 0) return;
+  append_runs(runs, op.ptr, op.layout.shape(), op.layout.strides(), op.layout.itemsize(), write);
 }
 
 void expand_access(std::vector<AccessRun>& runs, const char* where, const sim::Access& a) {
   if (a.shape.empty() && a.strides.empty()) {
-    AddressRange r = check_range(where, "access", a.ptr, a.itemsize);
+    ByteRange r = check_range(where, "access", a.ptr, a.itemsize);
     if (!r.empty()) runs.push_back({r.lo, r.hi, a.write});
     return;
   }
-  check_itemsize(where, a.itemsize);
-  check_shape(where, a.shape);
-  expand_operand(runs, where, "access", Operand{a.ptr, a.strides}, a.shape, a.itemsize, a.write);
+  // Layout validates the shape, strides and item size (and that the extent fits int64).
+  const Operand op{a.ptr,
+                   Layout(Dims(a.shape), Dims(a.strides), static_cast<std::int64_t>(a.itemsize))};
+  check_operand(where, "access", op);
+  append_operand(runs, op, a.write);
 }
 
 }  // namespace
@@ -200,30 +197,31 @@ SimBackend::Event& SimBackend::event_locked(EventHandle e, const char* where) {
 }
 
 void SimBackend::check_memory_locked(const MemoryCheck& c, const char* where) {
-  if (c.hi <= c.lo) return;
-  auto it = memory_.upper_bound(c.lo);
+  if (c.range.empty()) return;
+  const std::string what = std::string(where) + ": " + c.operand + " " + range_text(c.range);
+  auto it = memory_.upper_bound(c.range.lo);
   if (it != memory_.begin()) {
-    auto a = std::prev(it);
-    const std::uint64_t end = a->first + a->second.size;
-    if (c.lo < end) {
-      if (c.hi > end) {
+    const auto a = std::prev(it);
+    const ByteRange alloc{a->first, a->first + a->second.size};
+    if (c.range.lo < alloc.hi) {
+      if (!alloc.contains(c.range)) {
         throw_error(Errc::device_error,
-                    std::string(where) + ": " + c.operand + " " + range_text(c.lo, c.hi) +
-                        " runs past the end of its allocation " + range_text(a->first, end));
+                    what + " runs past the end of its allocation " + range_text(alloc));
       }
       return;
     }
   }
-  if (c.kernel) {
-    throw_error(Errc::device_error,
-                std::string(where) + ": " + c.operand + " at " + hex(c.lo) +
-                    " is not memory of the simulator (pageable host memory or a foreign "
-                    "pointer); kernels need device, pinned_host or managed memory");
+  if (it != memory_.end() && it->first < c.range.hi) {
+    throw_error(Errc::device_error, what + " starts outside the allocation " +
+                                        range_text({it->first, it->first + it->second.size}) +
+                                        " but runs into it");
   }
-  if (it != memory_.end() && it->first < c.hi) {
+  if (!c.host) {
     throw_error(Errc::device_error,
-                std::string(where) + ": " + c.operand + " " + range_text(c.lo, c.hi) +
-                    " starts outside the allocation at " + hex(it->first) + " but runs into it");
+                what +
+                    " is not in any allocation of the simulator (a foreign or freed pointer, "
+                    "or pageable host memory); array data must be device, pinned_host or "
+                    "managed memory of the backend");
   }
 }
 
@@ -465,10 +463,10 @@ PointerInfo SimBackend::pointer_info(std::uint64_t ptr) {
 // Stream-ordered operations.
 
 void SimBackend::memset_async(std::uint64_t dst, int byte, std::size_t bytes, StreamHandle s) {
-  AddressRange r = check_range("memset_async()", "dst", dst, bytes);
+  const ByteRange r = check_range("memset_async()", "dst", dst, bytes);
   std::vector<AccessRun> runs;
   if (!r.empty()) runs.push_back({r.lo, r.hi, true});
-  const MemoryCheck checks[] = {{"dst", r.lo, r.hi, true}};
+  const MemoryCheck checks[] = {{"dst", r, false}};
   submit(
       s, "memset_async", std::move(runs),
       [dst, byte, bytes] {
@@ -479,14 +477,14 @@ void SimBackend::memset_async(std::uint64_t dst, int byte, std::size_t bytes, St
 
 void SimBackend::copy_async(std::uint64_t dst, std::uint64_t src, std::size_t bytes,
                             StreamHandle s) {
-  AddressRange d = check_range("copy_async()", "dst", dst, bytes);
-  AddressRange r = check_range("copy_async()", "src", src, bytes);
+  const ByteRange d = check_range("copy_async()", "dst", dst, bytes);
+  const ByteRange r = check_range("copy_async()", "src", src, bytes);
   std::vector<AccessRun> runs;
   if (bytes > 0) {
     runs.push_back({r.lo, r.hi, false});
     runs.push_back({d.lo, d.hi, true});
   }
-  const MemoryCheck checks[] = {{"dst", d.lo, d.hi, false}, {"src", r.lo, r.hi, false}};
+  const MemoryCheck checks[] = {{"dst", d, true}, {"src", r, true}};
   submit(
       s, "copy_async", std::move(runs),
       [dst, src, bytes] {
@@ -495,94 +493,89 @@ void SimBackend::copy_async(std::uint64_t dst, std::uint64_t src, std::size_t by
       checks);
 }
 
-namespace {
-// Owns copies of the caller's shape and strides for the deferred kernel.
-struct Layout {
-  std::vector<std::int64_t> shape;
-  std::vector<std::vector<std::int64_t>> strides;
-  Operand operand(std::size_t k, std::uint64_t ptr) const { return Operand{ptr, strides[k]}; }
-};
-
-AddressRange extent_of(const Operand& op, std::span<const std::int64_t> shape,
-                       std::size_t itemsize) {
-  ByteExtent e = byte_extent(shape, op.strides, itemsize);
-  if (e.empty()) return {};
-  return {op.ptr + static_cast<std::uint64_t>(e.lo), op.ptr + static_cast<std::uint64_t>(e.hi)};
-}
-}  // namespace
-
-void SimBackend::copy_strided_async(Operand dst, Operand src, std::span<const std::int64_t> shape,
-                                    std::size_t itemsize, StreamHandle s) {
+void SimBackend::copy_strided_async(const Operand& dst, const Operand& src, StreamHandle s) {
   const char* where = "copy_strided_async()";
-  check_itemsize(where, itemsize);
-  check_shape(where, shape);
+  check_same_layout_size(where, "dst", dst, "src", src);
+  const ByteRange d = check_operand(where, "dst", dst);
+  const ByteRange r = check_operand(where, "src", src);
   std::vector<AccessRun> runs;
-  expand_operand(runs, where, "src", src, shape, itemsize, false);
-  expand_operand(runs, where, "dst", dst, shape, itemsize, true);
-  const AddressRange d = extent_of(dst, shape, itemsize), r = extent_of(src, shape, itemsize);
-  const MemoryCheck checks[] = {{"dst", d.lo, d.hi, false}, {"src", r.lo, r.hi, false}};
-  auto layout = std::make_shared<Layout>(
-      Layout{{shape.begin(), shape.end()},
-             {{dst.strides.begin(), dst.strides.end()}, {src.strides.begin(), src.strides.end()}}});
+  append_operand(runs, src, false);
+  append_operand(runs, dst, true);
+  const MemoryCheck checks[] = {{"dst", d, dst.host}, {"src", r, src.host}};
   submit(
-      s, "copy_strided_async", std::move(runs),
-      [layout, itemsize, dp = dst.ptr, sp = src.ptr] {
-        host_copy_strided(layout->operand(0, dp), layout->operand(1, sp), layout->shape, itemsize);
-      },
+      s, "copy_strided_async", std::move(runs), [dst, src] { kernels::cpu_copy(dst, src); },
       checks);
 }
 
-void SimBackend::fill_async(Operand dst, std::span<const std::int64_t> shape, std::size_t itemsize,
-                            const void* value, StreamHandle s) {
+void SimBackend::fill_async(const Operand& dst, const void* value, StreamHandle s) {
   const char* where = "fill_async()";
-  check_itemsize(where, itemsize);
-  const std::int64_t count = check_shape(where, shape);
-  if (count > 0 && value == nullptr) {
+  const ByteRange d = check_operand(where, "dst", dst);
+  const auto itemsize = static_cast<std::size_t>(dst.layout.itemsize());
+  if (!d.empty() && value == nullptr) {
     throw_error(Errc::value_error, "fill_async(): value is a null pointer");
   }
   std::vector<AccessRun> runs;
-  expand_operand(runs, where, "dst", dst, shape, itemsize, true);
-  const AddressRange d = extent_of(dst, shape, itemsize);
-  const MemoryCheck checks[] = {{"dst", d.lo, d.hi, true}};
+  append_operand(runs, dst, true);
+  const MemoryCheck checks[] = {{"dst", d, false}};
   std::vector<char> v;
-  if (value != nullptr) {
+  if (!d.empty())
     v.assign(static_cast<const char*>(value), static_cast<const char*>(value) + itemsize);
-  }
-  auto layout = std::make_shared<Layout>(
-      Layout{{shape.begin(), shape.end()}, {{dst.strides.begin(), dst.strides.end()}}});
   submit(
       s, "fill_async", std::move(runs),
-      [layout, itemsize, dp = dst.ptr, v = std::move(v)] {
-        host_fill(layout->operand(0, dp), layout->shape, itemsize, v.data());
+      [dst, v = std::move(v)] {
+        if (!v.empty()) kernels::cpu_fill(dst, v.data());
       },
       checks);
 }
 
-void SimBackend::add_async(Operand out, Operand a, Operand b, std::span<const std::int64_t> shape,
-                           ElementType type, StreamHandle s) {
-  const char* where = "add_async()";
-  check_element_type(where, type);
-  check_shape(where, shape);
-  const std::size_t itemsize = element_size(type);
+void SimBackend::elementwise_async(ElementwiseOp op, ElementType type,
+                                   std::span<const Operand> operands, StreamHandle s) {
+  const std::string name = std::string(is_valid(op) ? info(op).name : "elementwise") + "_async";
+  const std::string where = name + "()";
+  const auto ranges = check_elementwise(where, op, type, operands);
   std::vector<AccessRun> runs;
-  expand_operand(runs, where, "a", a, shape, itemsize, false);
-  expand_operand(runs, where, "b", b, shape, itemsize, false);
-  expand_operand(runs, where, "out", out, shape, itemsize, true);
-  const AddressRange o = extent_of(out, shape, itemsize), ra = extent_of(a, shape, itemsize),
-                     rb = extent_of(b, shape, itemsize);
-  const MemoryCheck checks[] = {
-      {"out", o.lo, o.hi, true}, {"a", ra.lo, ra.hi, true}, {"b", rb.lo, rb.hi, true}};
-  auto layout = std::make_shared<Layout>(Layout{{shape.begin(), shape.end()},
-                                                {{out.strides.begin(), out.strides.end()},
-                                                 {a.strides.begin(), a.strides.end()},
-                                                 {b.strides.begin(), b.strides.end()}}});
+  std::vector<MemoryCheck> checks;
+  for (std::size_t k = 0; k < operands.size(); ++k) {
+    append_operand(runs, operands[k], k == 0);
+    checks.push_back({elementwise_operand_name(k).data(), ranges[k], false});
+  }
   submit(
-      s, "add_async", std::move(runs),
-      [layout, type, op = out.ptr, ap = a.ptr, bp = b.ptr] {
-        host_add(layout->operand(0, op), layout->operand(1, ap), layout->operand(2, bp),
-                 layout->shape, type);
+      s, name, std::move(runs),
+      [op, type, ops = std::vector<Operand>(operands.begin(), operands.end())] {
+        kernels::cpu_elementwise(op, type, ops);
       },
       checks);
+}
+
+std::uint64_t SimBackend::alloc_async(std::size_t bytes, StreamHandle s) {
+  {
+    std::lock_guard lk(mu_);
+    resolve_locked(s, "alloc_async()");
+  }
+  return alloc(MemoryKind::device, bytes);
+}
+
+void SimBackend::free_async(std::uint64_t ptr, StreamHandle h) {
+  if (ptr == 0) return;
+  const char* where = "free_async()";
+  check_stream_handle(h, where);
+  std::lock_guard lk(mu_);
+  auto s = resolve_locked(h, where);
+  auto it = memory_.find(ptr);
+  if (it == memory_.end()) {
+    throw_error(Errc::device_error, std::string(where) + ": " + hex(ptr) +
+                                        ": not the start of an allocation of the simulator");
+  }
+  const ByteRange r{ptr, ptr + it->second.size};
+  // The free writes the whole allocation: work of another stream not ordered before it races.
+  const AccessRun runs[] = {{r.lo, r.hi, true}};
+  Op op;
+  op.name = "free_async";
+  op.fn = [ptr] { ::operator delete (host_ptr(ptr), std::align_val_t{kAlignment}); };
+  enqueue_locked(s, std::move(op), runs);
+  // From now on the memory is gone for every new operation.
+  memory_.erase(it);
+  races_.forget(r.lo, r.hi);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -747,7 +740,7 @@ void SimBackend::host_access(const sim::Access& access, std::string_view what) {
     if (it == memory_.begin()) continue;
     --it;
     if (it->second.kind == MemoryKind::device && r.lo < it->first + it->second.size) {
-      throw_error(Errc::device_error, where + ": " + range_text(r.lo, r.hi) +
+      throw_error(Errc::device_error, where + ": " + range_text(ByteRange{r.lo, r.hi}) +
                                           " is device memory, which the host cannot access; "
                                           "copy it to host memory first");
     }
@@ -780,7 +773,7 @@ bool SimBackend::race_detection() {
 }
 
 void SimBackend::forget(std::uint64_t ptr, std::size_t bytes) {
-  AddressRange r = check_range("forget()", "range", ptr, bytes);
+  ByteRange r = check_range("forget()", "range", ptr, bytes);
   std::lock_guard lk(mu_);
   races_.forget(r.lo, r.hi);
 }

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "cai/core/strided.h"
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
 #include "device/sim/race_detector.h"
@@ -44,12 +45,12 @@ class SimBackend final : public Backend {
 
   void memset_async(std::uint64_t dst, int byte, std::size_t bytes, StreamHandle s) override;
   void copy_async(std::uint64_t dst, std::uint64_t src, std::size_t bytes, StreamHandle s) override;
-  void copy_strided_async(Operand dst, Operand src, std::span<const std::int64_t> shape,
-                          std::size_t itemsize, StreamHandle s) override;
-  void fill_async(Operand dst, std::span<const std::int64_t> shape, std::size_t itemsize,
-                  const void* value, StreamHandle s) override;
-  void add_async(Operand out, Operand a, Operand b, std::span<const std::int64_t> shape,
-                 ElementType type, StreamHandle s) override;
+  void copy_strided_async(const Operand& dst, const Operand& src, StreamHandle s) override;
+  void fill_async(const Operand& dst, const void* value, StreamHandle s) override;
+  void elementwise_async(ElementwiseOp op, ElementType type, std::span<const Operand> operands,
+                         StreamHandle s) override;
+  std::uint64_t alloc_async(std::size_t bytes, StreamHandle s) override;
+  void free_async(std::uint64_t ptr, StreamHandle s) override;
 
   StreamHandle stream_create(bool non_blocking) override;
   void stream_destroy(StreamHandle s) override;
@@ -134,11 +135,12 @@ class SimBackend final : public Backend {
     VectorClock retired_blocking;  ///< clocks of destroyed blocking streams
     VectorClock retired_all;       ///< clocks of all destroyed streams
   };
-  /// A range an operation touches, checked against the allocations before enqueueing.
+  /// A range an operation touches, checked against the allocations before enqueueing: inside
+  /// one allocation, or (when `host`) outside every allocation (pageable host memory).
   struct MemoryCheck {
     const char* operand = "";
-    std::uint64_t lo = 0, hi = 0;
-    bool kernel = false;  ///< must be simulator memory (device, pinned or managed)
+    ByteRange range;
+    bool host = false;
   };
 
   // All *_locked functions run with mu_ held.

@@ -1,5 +1,6 @@
 // The CUDA backend: how it loads (or reports why it cannot), the embedded PTX, and, on a
-// machine with a GPU, the backend itself against the CPU reference kernels of checks.h.
+// machine with a GPU, the backend itself against the CPU executor (src/device/kernels/cpu.h),
+// which runs the same element functors.
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -17,12 +18,22 @@
 #include "cai/device/backend.h"
 #include "device/checks.h"
 #include "device/cuda/cuda_backend.h"
+#include "device/kernels/cpu.h"
+#include "device/kernels/elementwise.h"
+#include "device/kernels/launch.h"
+#include "test_sim_util.h"
 
 namespace {
 
+using cai::Dims;
 using cai::Errc;
 using cai::Error;
+using cai::Layout;
 using namespace cai::device;
+using test::dense;
+using test::HasSubstr;
+using test::operand;
+using test::ThrowsCaiError;
 
 bool driver_library_present() {
   void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -73,16 +84,15 @@ TEST(cuda_loader_test, probe_is_cached_and_never_throws) {
 }
 
 TEST(cuda_loader_test, kernel_names) {
+  // The names come from the tables (src/device/kernels/launch.h), in load order.
   auto names = detail::cuda_kernel_names();
-  ASSERT_EQ(names.size(), 24u);
+  ASSERT_EQ(names.size(), static_cast<std::size_t>(kernels::kernel_count));
   std::set<std::string_view> unique(names.begin(), names.end());
   EXPECT_EQ(unique.size(), names.size());
-  EXPECT_EQ(names[0], "cai_copy_strided_1");
-  EXPECT_EQ(names[5], "cai_fill_1");
-  // Adds follow ElementType.
-  EXPECT_EQ(names[10 + static_cast<int>(ElementType::b8)], "cai_add_b8");
-  EXPECT_EQ(names[10 + static_cast<int>(ElementType::f16)], "cai_add_f16");
-  EXPECT_EQ(names[10 + static_cast<int>(ElementType::c128)], "cai_add_c128");
+  EXPECT_EQ(names[0], "cai_copy_1");
+  EXPECT_EQ(names[kernels::kernel_index(kernels::DataKernel::fill, 0)], "cai_fill_1");
+  EXPECT_EQ(names[kernels::kernel_index(ElementwiseOp::add, ElementType::b8)], "cai_add_b8");
+  EXPECT_EQ(names[kernels::kernel_index(ElementwiseOp::add, ElementType::c128)], "cai_add_c128");
 }
 
 TEST(cuda_loader_test, embedded_ptx_has_every_kernel) {
@@ -271,9 +281,16 @@ std::vector<StridedCase> strided_cases() {
 }
 
 std::size_t span_bytes(const StridedCase& c, bool dst) {
-  auto e = detail::byte_extent(c.shape, dst ? c.dst_strides : c.src_strides, c.itemsize);
+  const auto e = *cai::checked_extent(c.shape, dst ? c.dst_strides : c.src_strides,
+                                      static_cast<std::int64_t>(c.itemsize));
   return static_cast<std::size_t>(e.hi) +
          static_cast<std::size_t>(dst ? c.dst_offset : c.src_offset) + 64;
+}
+
+Operand strided(std::uint64_t base, std::int64_t offset, const StridedCase& c,
+                const std::vector<std::int64_t>& strides, bool host) {
+  return operand(base + static_cast<std::uint64_t>(offset), Dims(c.shape), Dims(strides),
+                 static_cast<std::int64_t>(c.itemsize), host);
 }
 
 // Runs one case with the given memory kinds (device or pageable host) for each side.
@@ -282,10 +299,8 @@ void run_strided(Backend& be, StreamHandle s, const StridedCase& c, bool dst_on_
   const std::size_t dn = span_bytes(c, true), sn = span_bytes(c, false);
   std::vector<std::uint8_t> src_host = pattern(sn, 3), dst_host = pattern(dn, 5);
   std::vector<std::uint8_t> expect = dst_host;
-  detail::host_copy_strided(
-      {reinterpret_cast<std::uintptr_t>(expect.data()) + c.dst_offset, c.dst_strides},
-      {reinterpret_cast<std::uintptr_t>(src_host.data()) + c.src_offset, c.src_strides}, c.shape,
-      c.itemsize);
+  kernels::cpu_copy(strided(test::addr(expect.data()), c.dst_offset, c, c.dst_strides, true),
+                    strided(test::addr(src_host.data()), c.src_offset, c, c.src_strides, true));
 
   auto place = [&](std::vector<std::uint8_t>& host, bool on_device) -> std::uint64_t {
     if (!on_device) return reinterpret_cast<std::uintptr_t>(host.data());
@@ -296,9 +311,8 @@ void run_strided(Backend& be, StreamHandle s, const StridedCase& c, bool dst_on_
   };
   std::uint64_t dbase = place(dst_host, dst_on_device);
   std::uint64_t sbase = place(src_host, src_on_device);
-  be.copy_strided_async({dbase + static_cast<std::uint64_t>(c.dst_offset), c.dst_strides},
-                        {sbase + static_cast<std::uint64_t>(c.src_offset), c.src_strides}, c.shape,
-                        c.itemsize, s);
+  be.copy_strided_async(strided(dbase, c.dst_offset, c, c.dst_strides, !dst_on_device),
+                        strided(sbase, c.src_offset, c, c.src_strides, !src_on_device), s);
   std::vector<std::uint8_t> got(dn);
   be.copy_async(reinterpret_cast<std::uintptr_t>(got.data()), dbase, dn, s);
   be.stream_synchronize(s);
@@ -320,35 +334,33 @@ TEST_F(cuda_backend_test, overlapping_strided_copy_reads_source_first) {
   const std::size_t n = 256;
   std::vector<std::uint8_t> host = pattern(n, 9);
   std::uint64_t d = upload(host);
-  const std::int64_t shape[] = {32};
-  const std::int64_t dst_strides[] = {4}, src_strides[] = {-4};
   // Reverse 32 4-byte items in place.
-  be_->copy_strided_async({d, dst_strides}, {d + 31 * 4, src_strides}, shape, 4, stream_);
+  be_->copy_strided_async(dense(d, {32}, 4), operand(d + 31 * 4, {32}, {-4}, 4), stream_);
   std::vector<std::uint8_t> expect = host;
-  detail::host_copy_strided({addr(expect.data()), dst_strides},
-                            {addr(expect.data()) + 31 * 4, src_strides}, shape, 4);
+  kernels::cpu_copy(dense(addr(expect.data()), {32}, 4),
+                    operand(addr(expect.data()) + 31 * 4, {32}, {-4}, 4));
   EXPECT_EQ(download(d, n), expect);
 }
 
 TEST_F(cuda_backend_test, fill_matches_host_reference) {
   if (!kernels()) GTEST_SKIP() << "built without nvcc";
-  for (std::size_t itemsize : {1u, 3u, 4u, 16u, 40u}) {
-    const std::int64_t shape[] = {5, 3};
-    const std::int64_t strides[] = {static_cast<std::int64_t>(itemsize * 7),
-                                    -static_cast<std::int64_t>(itemsize * 2)};
-    const std::size_t n = itemsize * 40;
-    std::vector<std::uint8_t> host = pattern(n, 11), value = pattern(itemsize, 13);
-    const std::uint64_t off = itemsize * 4;
+  for (std::int64_t itemsize : {1, 3, 4, 16, 40}) {
+    const std::size_t n = static_cast<std::size_t>(itemsize * 40);
+    std::vector<std::uint8_t> host = pattern(n, 11);
+    std::vector<std::uint8_t> value = pattern(static_cast<std::size_t>(itemsize), 13);
+    const std::uint64_t off = static_cast<std::uint64_t>(itemsize * 8);
+    auto at = [&](std::uint64_t base) {
+      return operand(base + off, {5, 3}, {itemsize * 7, -itemsize * 2}, itemsize);
+    };
     std::vector<std::uint8_t> expect = host;
-    detail::host_fill({addr(expect.data()) + off, strides}, shape, itemsize, value.data());
+    kernels::cpu_fill(at(addr(expect.data())), value.data());
     std::uint64_t d = upload(host);
-    be_->fill_async({d + off, strides}, shape, itemsize, value.data(), stream_);
+    be_->fill_async(at(d), value.data(), stream_);
     EXPECT_EQ(download(d, n), expect) << "itemsize " << itemsize;
     // Pageable destination: refused, as on the simulator.
     std::vector<std::uint8_t> h = host;
-    EXPECT_THROW(
-        be_->fill_async({addr(h.data()) + off, strides}, shape, itemsize, value.data(), stream_),
-        Error);
+    EXPECT_THAT([&] { be_->fill_async(at(addr(h.data())), value.data(), stream_); },
+                ThrowsCaiError(Errc::device_error, HasSubstr("is not CUDA memory")));
   }
 }
 
@@ -381,7 +393,7 @@ std::vector<std::uint8_t> typed_values(ElementType t, std::size_t count, int see
         put(static_cast<std::int64_t>(v) * 90000000000000000);
         break;
       case ElementType::f16:
-        put(detail::float_to_half(static_cast<float>(v) * 0.37f));
+        put(kernels::to_half(static_cast<float>(v) * 0.37f).bits);
         break;
       case ElementType::f32:
         put(static_cast<float>(v) * 0.37f);
@@ -404,62 +416,108 @@ std::vector<std::uint8_t> typed_values(ElementType t, std::size_t count, int see
 
 TEST_F(cuda_backend_test, add_matches_host_reference) {
   if (!kernels()) GTEST_SKIP() << "built without nvcc";
-  for (int ti = 0; ti <= static_cast<int>(ElementType::c128); ++ti) {
+  for (int ti = 0; ti < element_type_count; ++ti) {
     const auto t = static_cast<ElementType>(ti);
     const auto size = static_cast<std::int64_t>(element_size(t));
-    const std::int64_t shape[] = {6, 7};
-    const std::int64_t c_strides[] = {7 * size, size};
-    const std::int64_t f_strides[] = {size, 6 * size};
+    const Dims shape{6, 7}, c_strides{7 * size, size}, f_strides{size, 6 * size};
     const std::size_t n = static_cast<std::size_t>(42 * size);
     std::vector<std::uint8_t> a = typed_values(t, 42, 1), b = typed_values(t, 42, 2);
     std::vector<std::uint8_t> expect(n, 0);
-    detail::host_add({addr(expect.data()), c_strides}, {addr(a.data()), c_strides},
-                     {addr(b.data()), f_strides}, shape, t);
+    const Operand host_ops[] = {operand(addr(expect.data()), shape, c_strides, size),
+                                operand(addr(a.data()), shape, c_strides, size),
+                                operand(addr(b.data()), shape, f_strides, size)};
+    kernels::cpu_elementwise(ElementwiseOp::add, t, host_ops);
     std::uint64_t da = upload(a), db = upload(b), dout = upload(std::vector<std::uint8_t>(n, 0));
-    be_->add_async({dout, c_strides}, {da, c_strides}, {db, f_strides}, shape, t, stream_);
-    EXPECT_EQ(download(dout, n), expect) << detail::element_type_name(t);
+    const Operand ops[] = {operand(dout, shape, c_strides, size),
+                           operand(da, shape, c_strides, size),
+                           operand(db, shape, f_strides, size)};
+    be_->elementwise_async(ElementwiseOp::add, t, ops, stream_);
+    EXPECT_EQ(download(dout, n), expect) << info(t).name;
     // Pageable operands are refused, as on the simulator.
-    try {
-      be_->add_async({dout, c_strides}, {addr(a.data()), c_strides}, {db, f_strides}, shape, t,
-                     stream_);
-      FAIL();
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), Errc::device_error);
-    }
+    const Operand pageable[] = {ops[0], host_ops[1], ops[2]};
+    EXPECT_THAT([&] { be_->elementwise_async(ElementwiseOp::add, t, pageable, stream_); },
+                ThrowsCaiError(Errc::device_error, HasSubstr("add_async(): a [")));
   }
 }
 
 TEST_F(cuda_backend_test, too_many_dims_after_merging) {
   if (!kernels()) GTEST_SKIP() << "built without nvcc";
   // 17 dims of 2, C order on one side and F order on the other: nothing merges.
-  std::vector<std::int64_t> shape(17, 2), c(17), f(17);
+  Dims shape(17, 2), c(17), f(17);
   for (std::size_t d = 0; d < 17; ++d) {
     c[16 - d] = std::int64_t{1} << d;
     f[d] = std::int64_t{1} << d;
   }
   std::uint64_t x = alloc(MemoryKind::device, 1 << 17), y = alloc(MemoryKind::device, 1 << 17);
-  try {
-    be_->copy_strided_async({x, c}, {y, f}, shape, 1, stream_);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::not_implemented);
-  }
+  EXPECT_THAT(
+      [&] { be_->copy_strided_async(operand(x, shape, c, 1), operand(y, shape, f, 1), stream_); },
+      ThrowsCaiError(Errc::not_implemented, HasSubstr("17 dimensions remain")));
   // Mergeable layouts of the same rank are fine.
-  be_->copy_strided_async({x, c}, {y, c}, shape, 1, stream_);
+  be_->copy_strided_async(operand(x, shape, c, 1), operand(y, shape, c, 1), stream_);
 }
 
 TEST_F(cuda_backend_test, no_kernels_is_not_implemented) {
   if (kernels()) GTEST_SKIP() << "built with kernels";
   std::uint64_t d = alloc(MemoryKind::device, 64);
-  const std::int64_t shape[] = {4}, strides[] = {8};
   const int value = 1;
-  try {
-    be_->fill_async({d, strides}, shape, sizeof value, &value, stream_);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::not_implemented);
-    EXPECT_NE(std::string(e.what()).find("nvcc"), std::string::npos) << e.what();
-  }
+  EXPECT_THAT([&] { be_->fill_async(operand(d, {4}, {8}, 4), &value, stream_); },
+              ThrowsCaiError(Errc::not_implemented, HasSubstr("nvcc")));
+}
+
+// Array data must be CUDA memory inside one live allocation: a foreign dict's pointer, a view
+// past its allocation or freed memory is refused before any copy or launch, and the context
+// stays usable.
+TEST_F(cuda_backend_test, wild_pointers_are_refused_before_any_work) {
+  std::uint64_t d = alloc(MemoryKind::device, 256);
+  std::vector<std::uint8_t> host(256, 0xee);
+  const Operand to_host = dense(addr(host.data()), {32}, 8, true);
+  EXPECT_THAT(
+      [&] { be_->copy_strided_async(to_host, dense(0x1000, {32}, 8), stream_); },
+      ThrowsCaiError(Errc::device_error,
+                     HasSubstr("copy_strided_async(): src [0x1000+256) is not CUDA memory")));
+  const std::uint64_t v = 1;
+  // fill of a view reaching past its allocation: no launch (it would kill the context).
+  EXPECT_THAT([&] { be_->fill_async(dense(d + 128, {32}, 8), &v, stream_); },
+              ThrowsCaiError(Errc::device_error, HasSubstr("runs past the end of its allocation")));
+  EXPECT_THAT(
+      [&] {
+        be_->copy_strided_async(dense(d, {32}, 8), dense(addr(host.data()), {32}, 8), stream_);
+      },
+      ThrowsCaiError(Errc::device_error, HasSubstr("src")));
+  const std::uint64_t freed = be_->alloc(MemoryKind::device, 256);
+  be_->free(freed);
+  EXPECT_THAT([&] { be_->copy_strided_async(to_host, dense(freed, {32}, 8), stream_); },
+              ThrowsCaiError(Errc::device_error, HasSubstr("is not CUDA memory")));
+  be_->stream_synchronize(stream_);
+  for (std::uint8_t b : host) ASSERT_EQ(b, 0xee);
+  // The context is alive: the same operations inside the allocation work.
+  be_->fill_async(dense(d, {32}, 8), &v, stream_);
+  be_->copy_strided_async(to_host, dense(d, {32}, 8), stream_);
+  be_->stream_synchronize(stream_);
+  EXPECT_EQ(host[0], 1);
+}
+
+TEST_F(cuda_backend_test, stream_ordered_memory) {
+  const std::uint64_t t = be_->alloc_async(1024, stream_);
+  ASSERT_NE(t, 0u);
+  EXPECT_EQ(be_->pointer_info(t + 1023).alloc_base, t);
+  const std::uint32_t v = 0x01020304;
+  be_->fill_async(dense(t, {256}, 4), &v, stream_);
+  std::vector<std::uint32_t> host(256);
+  be_->copy_strided_async(dense(addr(host.data()), {256}, 4, true), dense(t, {256}, 4), stream_);
+  be_->free_async(t, stream_);
+  EXPECT_THAT([&] { be_->fill_async(dense(t, {256}, 4), &v, stream_); },
+              ThrowsCaiError(Errc::device_error, HasSubstr("fill_async(): dst")));
+  be_->stream_synchronize(stream_);
+  EXPECT_EQ(host, std::vector<std::uint32_t>(256, v));
+}
+
+TEST_F(cuda_backend_test, elementwise_refuses_a_partial_overlap) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+  std::uint64_t d = alloc(MemoryKind::device, 64);
+  const Operand ops[] = {dense(d, {8}, 4), operand(d + 28, {8}, {-4}, 4), dense(d + 32, {8}, 4)};
+  EXPECT_THAT([&] { be_->elementwise_async(ElementwiseOp::add, ElementType::i32, ops, stream_); },
+              ThrowsCaiError(Errc::value_error, HasSubstr("partly overlaps out")));
 }
 
 TEST_F(cuda_backend_test, streams_and_events) {

@@ -19,6 +19,9 @@ namespace cai::device::detail {
 namespace {
 
 using test::addr;
+using test::dense;
+using test::host_buffer;
+using test::operand;
 
 class SimBackendTest : public ::testing::Test {
  protected:
@@ -131,48 +134,121 @@ TEST_F(SimBackendTest, memset_and_copy) {
 TEST_F(SimBackendTest, kernels_reject_memory_the_device_cannot_reach) {
   std::vector<char> host(64);
   EXPECT_CAI_ERROR(sim->memset_async(addr(host.data()), 0, 64, kLegacyDefaultStream),
-                   Errc::device_error, "memset_async(): dst at 0x" /* ... */);
+                   Errc::device_error, "memset_async(): dst [0x");
   EXPECT_CAI_ERROR(sim->memset_async(addr(host.data()), 0, 64, kLegacyDefaultStream),
-                   Errc::device_error, "is not memory of the simulator");
+                   Errc::device_error, "is not in any allocation of the simulator");
   const std::uint64_t d = sim->alloc(MemoryKind::device, 64);
   EXPECT_CAI_ERROR(sim->memset_async(d + 32, 0, 64, kLegacyDefaultStream), Errc::device_error,
                    "runs past the end of its allocation");
   EXPECT_CAI_ERROR(sim->copy_async(addr(host.data()), d, 65, kLegacyDefaultStream),
                    Errc::device_error, "copy_async(): src");
-  const std::int64_t shape[] = {4};
-  const std::int64_t st[] = {16};
   const float one = 1;
-  EXPECT_CAI_ERROR(sim->fill_async({d + 16, st}, shape, 4, &one, kLegacyDefaultStream),
+  EXPECT_CAI_ERROR(sim->fill_async(operand(d + 16, {4}, {16}, 4), &one, kLegacyDefaultStream),
                    Errc::device_error, "fill_async(): dst");
-  EXPECT_CAI_ERROR(sim->fill_async({d, st}, shape, 4, nullptr, kLegacyDefaultStream),
+  EXPECT_CAI_ERROR(sim->fill_async(operand(d, {4}, {16}, 4), nullptr, kLegacyDefaultStream),
                    Errc::value_error, "value is a null pointer");
-  EXPECT_CAI_ERROR(sim->add_async({d, st}, {addr(host.data()), st}, {d, st}, shape,
-                                  ElementType::f32, kLegacyDefaultStream),
-                   Errc::device_error, "add_async(): a at");
-  const std::int64_t bad[] = {4, 4};
-  EXPECT_CAI_ERROR(sim->copy_strided_async({d, st}, {d, bad}, shape, 4, kLegacyDefaultStream),
-                   Errc::value_error, "copy_strided_async(): src has 2 strides for a 1-d shape");
-  EXPECT_CAI_ERROR(sim->copy_strided_async({d, st}, {d, st}, shape, 0, kLegacyDefaultStream),
-                   Errc::value_error, "itemsize is 0");
-  const std::int64_t neg[] = {-1};
-  EXPECT_CAI_ERROR(sim->fill_async({d, st}, neg, 4, &one, kLegacyDefaultStream), Errc::value_error,
-                   "shape[0] is -1");
+  const Operand ops[] = {dense(d, {4}, 4), host_buffer(host.data(), {4}, 4), dense(d, {4}, 4)};
+  EXPECT_CAI_ERROR(
+      sim->elementwise_async(ElementwiseOp::add, ElementType::f32, ops, kLegacyDefaultStream),
+      Errc::device_error, "add_async(): a [0x");
+  EXPECT_CAI_ERROR(
+      sim->copy_strided_async(dense(d, {4}, 4), dense(d, {2, 2}, 4), kLegacyDefaultStream),
+      Errc::value_error, "copy_strided_async(): src has shape (2, 2) but dst has shape (4,)");
+  EXPECT_CAI_ERROR(
+      sim->copy_strided_async(dense(d, {4}, 4), dense(d, {4}, 2), kLegacyDefaultStream),
+      Errc::value_error, "src has item size 2 but dst has 4");
   sim->stream_synchronize(kLegacyDefaultStream);
 }
 
+// Array data must lie inside one live allocation of the simulator; only the host buffer of a
+// host copy may be pageable host memory. Nothing is touched before the check.
+TEST_F(SimBackendTest, wild_pointers_are_refused_before_any_work) {
+  const std::uint64_t d = sim->alloc(MemoryKind::device, 64);
+  std::vector<std::uint8_t> host(64, 0xee);
+  const std::uint64_t wild = 0x1000;
+  // A foreign pointer as array data, for each operation; the message names the operand, the
+  // pointer and its range.
+  EXPECT_CAI_ERROR(sim->copy_strided_async(host_buffer(host.data(), {8}, 8), dense(wild, {8}, 8),
+                                           kLegacyDefaultStream),
+                   Errc::device_error,
+                   "copy_strided_async(): src [0x1000+64) is not in any allocation of the "
+                   "simulator (a foreign or freed pointer, or pageable host memory)");
+  EXPECT_CAI_ERROR(
+      sim->copy_strided_async(dense(wild, {8}, 8), dense(d, {8}, 8), kLegacyDefaultStream),
+      Errc::device_error, "copy_strided_async(): dst [0x1000+64)");
+  const std::uint64_t v = 5;
+  EXPECT_CAI_ERROR(sim->fill_async(dense(wild, {8}, 8), &v, kLegacyDefaultStream),
+                   Errc::device_error, "fill_async(): dst [0x1000+64)");
+  // Pageable host memory is array data only when marked as the host buffer of a copy.
+  EXPECT_CAI_ERROR(sim->copy_strided_async(dense(d, {8}, 8), dense(addr(host.data()), {8}, 8),
+                                           kLegacyDefaultStream),
+                   Errc::device_error, "src");
+  // A view reaching past its allocation: the allocation is named.
+  EXPECT_CAI_ERROR(sim->copy_strided_async(host_buffer(host.data(), {8}, 8),
+                                           operand(d + 8, {8}, {8}, 8), kLegacyDefaultStream),
+                   Errc::device_error, "runs past the end of its allocation [" + hex(d) + "+64)");
+  EXPECT_CAI_ERROR(sim->fill_async(operand(d + 56, {2}, {-64}, 8), &v, kLegacyDefaultStream),
+                   Errc::device_error, "fill_async(): dst [" + hex(d - 8) + "+72)");
+  // A host buffer running into an allocation.
+  EXPECT_CAI_ERROR(
+      sim->copy_strided_async(dense(d - 8, {8}, 8, true), dense(d, {8}, 8), kLegacyDefaultStream),
+      Errc::device_error, "starts outside the allocation");
+  // Memory freed by its producer.
+  const std::uint64_t freed = sim->alloc(MemoryKind::device, 64);
+  sim->free(freed);
+  EXPECT_CAI_ERROR(sim->copy_strided_async(host_buffer(host.data(), {8}, 8), dense(freed, {8}, 8),
+                                           kLegacyDefaultStream),
+                   Errc::device_error, "a foreign or freed pointer");
+  sim->stream_synchronize(kLegacyDefaultStream);
+  for (std::uint8_t b : host) ASSERT_EQ(b, 0xee);  // nothing was written
+  // Inside the allocation, every form is accepted.
+  sim->copy_strided_async(host_buffer(host.data(), {8}, 8), dense(d, {8}, 8), kLegacyDefaultStream);
+  sim->stream_synchronize(kLegacyDefaultStream);
+  sim->free(d);
+}
+
+TEST_F(SimBackendTest, stream_ordered_memory) {
+  const StreamHandle s = sim->stream_create(false);
+  const std::uint64_t t = sim->alloc_async(64, s);
+  EXPECT_EQ(sim->pointer_info(t + 63).alloc_base, t);
+  const std::uint64_t v = 9;
+  sim->fill_async(dense(t, {8}, 8), &v, s);
+  std::vector<std::uint64_t> host(8);
+  sim->copy_strided_async(host_buffer(host.data(), {8}, 8), dense(t, {8}, 8), s);
+  sim->free_async(t, s);  // returns at once, runs after the copy
+  // Gone for every later operation at once.
+  EXPECT_EQ(sim->pointer_info(t).kind, MemoryKind::unregistered);
+  EXPECT_CAI_ERROR(sim->fill_async(dense(t, {8}, 8), &v, s), Errc::device_error,
+                   "a foreign or freed pointer");
+  EXPECT_CAI_ERROR(sim->free_async(t, s), Errc::device_error, "not the start of an allocation");
+  sim->stream_synchronize(s);
+  EXPECT_EQ(host, std::vector<std::uint64_t>(8, 9));
+  // A stream-ordered free races with unordered work of another stream on the memory.
+  const StreamHandle other = sim->stream_create(false);
+  const std::uint64_t u = sim->alloc_async(64, s);
+  sim->fill_async(dense(u, {8}, 8), &v, other);
+  EXPECT_CAI_ERROR(sim->free_async(u, s), Errc::race, "free_async on stream");
+  sim->stream_synchronize(other);
+  sim->free_async(u, s);
+  sim->stream_synchronize(s);
+  sim->stream_destroy(s);
+  sim->stream_destroy(other);
+}
+
 TEST_F(SimBackendTest, fill_every_itemsize) {
-  for (std::size_t itemsize : {1, 2, 3, 4, 8, 16}) {
-    const std::uint64_t d = sim->alloc(MemoryKind::device, 10 * itemsize);
-    sim->memset_async(d, 0, 10 * itemsize, kLegacyDefaultStream);
-    std::vector<std::uint8_t> value(itemsize);
+  for (std::int64_t itemsize : {1, 2, 3, 4, 8, 16, 24}) {
+    const auto bytes = static_cast<std::size_t>(10 * itemsize);
+    const std::uint64_t d = sim->alloc(MemoryKind::device, bytes);
+    sim->memset_async(d, 0, bytes, kLegacyDefaultStream);
+    std::vector<std::uint8_t> value(static_cast<std::size_t>(itemsize));
     std::iota(value.begin(), value.end(), std::uint8_t{1});
-    const std::int64_t shape[] = {5};
-    const std::int64_t st[] = {static_cast<std::int64_t>(2 * itemsize)};  // every other one
-    sim->fill_async({d, st}, shape, itemsize, value.data(), kLegacyDefaultStream);
-    value.assign(itemsize, 0);  // the value was copied at enqueue
-    std::vector<std::uint8_t> got = download<std::uint8_t>(d, 10 * itemsize);
-    for (std::size_t i = 0; i < 10 * itemsize; ++i) {
-      const std::size_t elem = i / itemsize, byte = i % itemsize;
+    // Every other element.
+    sim->fill_async(operand(d, {5}, {2 * itemsize}, itemsize), value.data(), kLegacyDefaultStream);
+    value.assign(value.size(), 0);  // the value was copied at enqueue
+    std::vector<std::uint8_t> got = download<std::uint8_t>(d, bytes);
+    for (std::size_t i = 0; i < bytes; ++i) {
+      const std::size_t elem = i / static_cast<std::size_t>(itemsize);
+      const std::size_t byte = i % static_cast<std::size_t>(itemsize);
       EXPECT_EQ(got[i], elem % 2 == 0 ? byte + 1 : 0) << itemsize << " " << i;
     }
     sim->free(d);
@@ -180,44 +256,42 @@ TEST_F(SimBackendTest, fill_every_itemsize) {
 }
 
 template <class T>
-void check_add(SimBackendTest* t, SimBackend& sim, ElementType type, std::vector<T> a,
-               std::vector<T> b, std::vector<T> want) {
-  (void)t;
+void check_add(SimBackend& sim, ElementType type, std::vector<T> a, std::vector<T> b,
+               std::vector<T> want) {
   const std::size_t n = a.size();
   const std::uint64_t da = sim.alloc(MemoryKind::device, n * sizeof(T));
   const std::uint64_t db = sim.alloc(MemoryKind::managed, n * sizeof(T));
   const std::uint64_t dout = sim.alloc(MemoryKind::pinned_host, n * sizeof(T));
   sim.copy_async(da, addr(a.data()), n * sizeof(T), kLegacyDefaultStream);
   sim.copy_async(db, addr(b.data()), n * sizeof(T), kLegacyDefaultStream);
-  const std::int64_t shape[] = {static_cast<std::int64_t>(n)};
-  const std::int64_t st[] = {static_cast<std::int64_t>(sizeof(T))};
-  sim.add_async({dout, st}, {da, st}, {db, st}, shape, type, kLegacyDefaultStream);
+  const auto count = static_cast<std::int64_t>(n);
+  const Operand ops[] = {dense(dout, {count}, sizeof(T)), dense(da, {count}, sizeof(T)),
+                         dense(db, {count}, sizeof(T))};
+  sim.elementwise_async(ElementwiseOp::add, type, ops, kLegacyDefaultStream);
   std::vector<T> got(n);
   sim.copy_async(addr(got.data()), dout, n * sizeof(T), kLegacyDefaultStream);
   sim.stream_synchronize(kLegacyDefaultStream);
-  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), n * sizeof(T))) << element_type_name(type);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), n * sizeof(T))) << info(type).name;
   sim.free(da);
   sim.free(db);
   sim.free(dout);
 }
 
 TEST_F(SimBackendTest, add_every_element_type) {
-  check_add<std::uint8_t>(this, *sim, ElementType::b8, {0, 1, 0, 3}, {0, 0, 1, 4}, {0, 1, 1, 1});
-  check_add<std::int8_t>(this, *sim, ElementType::i8, {100, -1}, {100, 1}, {-56, 0});
-  check_add<std::int16_t>(this, *sim, ElementType::i16, {30000, -1}, {30000, 1}, {-5536, 0});
-  check_add<std::int32_t>(this, *sim, ElementType::i32, {1, -1}, {2, 1}, {3, 0});
-  check_add<std::int64_t>(this, *sim, ElementType::i64, {1ll << 40, -1}, {1, 1},
-                          {(1ll << 40) + 1, 0});
-  check_add<std::uint8_t>(this, *sim, ElementType::u8, {255}, {2}, {1});
-  check_add<std::uint16_t>(this, *sim, ElementType::u16, {65535}, {2}, {1});
-  check_add<std::uint32_t>(this, *sim, ElementType::u32, {7}, {8}, {15});
-  check_add<std::uint64_t>(this, *sim, ElementType::u64, {~0ull}, {1}, {0});
-  check_add<std::uint16_t>(this, *sim, ElementType::f16, {float_to_half(0.5f)},
-                           {float_to_half(0.25f)}, {float_to_half(0.75f)});
-  check_add<float>(this, *sim, ElementType::f32, {0.5f, 1e38f}, {0.25f, 1e38f}, {0.75f, 2e38f});
-  check_add<double>(this, *sim, ElementType::f64, {0.5}, {0.25}, {0.75});
-  check_add<std::complex<float>>(this, *sim, ElementType::c64, {{1, 2}}, {{3, 4}}, {{4, 6}});
-  check_add<std::complex<double>>(this, *sim, ElementType::c128, {{1, 2}}, {{3, -4}}, {{4, -2}});
+  check_add<std::uint8_t>(*sim, ElementType::b8, {0, 1, 0, 3}, {0, 0, 1, 4}, {0, 1, 1, 1});
+  check_add<std::int8_t>(*sim, ElementType::i8, {100, -1}, {100, 1}, {-56, 0});
+  check_add<std::int16_t>(*sim, ElementType::i16, {30000, -1}, {30000, 1}, {-5536, 0});
+  check_add<std::int32_t>(*sim, ElementType::i32, {1, -1}, {2, 1}, {3, 0});
+  check_add<std::int64_t>(*sim, ElementType::i64, {1ll << 40, -1}, {1, 1}, {(1ll << 40) + 1, 0});
+  check_add<std::uint8_t>(*sim, ElementType::u8, {255}, {2}, {1});
+  check_add<std::uint16_t>(*sim, ElementType::u16, {65535}, {2}, {1});
+  check_add<std::uint32_t>(*sim, ElementType::u32, {7}, {8}, {15});
+  check_add<std::uint64_t>(*sim, ElementType::u64, {~0ull}, {1}, {0});
+  check_add<std::uint16_t>(*sim, ElementType::f16, {0x3800}, {0x3400}, {0x3a00});  // .5+.25
+  check_add<float>(*sim, ElementType::f32, {0.5f, 1e38f}, {0.25f, 1e38f}, {0.75f, 2e38f});
+  check_add<double>(*sim, ElementType::f64, {0.5}, {0.25}, {0.75});
+  check_add<std::complex<float>>(*sim, ElementType::c64, {{1, 2}}, {{3, 4}}, {{4, 6}});
+  check_add<std::complex<double>>(*sim, ElementType::c128, {{1, 2}}, {{3, -4}}, {{4, -2}});
 }
 
 TEST_F(SimBackendTest, stream_handles) {

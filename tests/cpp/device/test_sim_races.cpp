@@ -51,9 +51,9 @@ TEST_F(SimRaceTest, missing_wait_is_a_race) {
   const std::uint64_t b = buf;
   const std::string msg = test::error_message(
       [&] {
-        const std::int64_t shape[] = {16};
-        const std::int64_t st[] = {4};
-        sim->add_async({b, st}, {b, st}, {b, st}, shape, ElementType::f32, s2);
+        const Operand ops[] = {test::dense(b, {16}, 4), test::dense(b, {16}, 4),
+                               test::dense(b, {16}, 4)};
+        sim->elementwise_async(ElementwiseOp::add, ElementType::f32, ops, s2);
       },
       Errc::race);
   EXPECT_EQ(msg, "race: add_async on stream " + hex(s2) + " writes [" + hex(buf) +
@@ -108,8 +108,7 @@ TEST_F(SimRaceTest, same_stream_is_ordered) {
   write(buf, s1);
   read(buf, s1);
   write(buf, s1);
-  sim->fill_async({buf, std::vector<std::int64_t>{8}}, std::vector<std::int64_t>{8}, 8, "abcdefgh",
-                  s1);
+  sim->fill_async(test::dense(buf, {8}, 8), "abcdefgh", s1);
 }
 
 TEST_F(SimRaceTest, host_access_needs_a_synchronize) {
@@ -215,19 +214,12 @@ TEST_F(SimRaceTest, reads_only_never_race) {
 }
 
 TEST_F(SimRaceTest, interleaved_even_and_odd_views_do_not_race) {
-  const std::int64_t shape[] = {32};
-  const std::int64_t st[] = {8};
   const float one = 1;
-  sim->fill_async({buf, st}, shape, 4, &one, s1);      // even elements
-  sim->fill_async({buf + 4, st}, shape, 4, &one, s2);  // odd elements
+  sim->fill_async(test::operand(buf, {32}, {8}, 4), &one, s1);      // even elements
+  sim->fill_async(test::operand(buf + 4, {32}, {8}, 4), &one, s2);  // odd elements
   // All elements overlap both.
-  const std::int64_t all_shape[] = {64};
-  const std::int64_t all_st[] = {4};
   const std::string msg = test::error_message(
-      [&] {
-        sim->fill_async({buf, all_st}, all_shape, 4, &one, nb);
-      },
-      Errc::race);
+      [&] { sim->fill_async(test::dense(buf, {64}, 4), &one, nb); }, Errc::race);
   EXPECT_TRUE(test::contains(msg, "fill_async on stream " + hex(s1))) << msg;
   EXPECT_TRUE(test::contains(msg, "fill_async on stream " + hex(s2))) << msg;
   EXPECT_TRUE(test::contains(msg, "more conflicting ranges")) << msg;
@@ -235,32 +227,21 @@ TEST_F(SimRaceTest, interleaved_even_and_odd_views_do_not_race) {
 
 TEST_F(SimRaceTest, a_column_and_a_row_share_one_element) {
   // 4x4 i32 matrix: row 1 on s1, column 2 on s2: they meet at (1, 2).
-  const std::int64_t shape[] = {4};
-  const std::int64_t row_st[] = {4};
-  const std::int64_t col_st[] = {16};
   const std::int32_t v = 3;
-  sim->fill_async({buf + 16, row_st}, shape, 4, &v, s1);
+  sim->fill_async(test::operand(buf + 16, {4}, {4}, 4), &v, s1);
   const std::string msg = test::error_message(
-      [&] {
-        sim->fill_async({buf + 8, col_st}, shape, 4, &v, s2);
-      },
-      Errc::race);
+      [&] { sim->fill_async(test::operand(buf + 8, {4}, {16}, 4), &v, s2); }, Errc::race);
   EXPECT_TRUE(test::contains(msg, "writes [" + hex(buf + 24) + "+4) while")) << msg;
   // Column 2 of rows 2-3 does not meet row 1.
-  const std::int64_t two[] = {2};
-  sim->fill_async({buf + 40, col_st}, two, 4, &v, s2);
+  sim->fill_async(test::operand(buf + 40, {2}, {16}, 4), &v, s2);
 }
 
 TEST_F(SimRaceTest, reversed_and_transposed_views_are_exact) {
   // Write the first half reversed on s1, the second half transposed on s2: disjoint.
-  const std::int64_t shape[] = {16};
-  const std::int64_t rev[] = {-4};
   const std::int32_t v = 9;
-  sim->fill_async({buf + 60, rev}, shape, 4, &v, s1);
-  const std::int64_t t_shape[] = {4, 4};
-  const std::int64_t t_st[] = {4, 16};
-  sim->fill_async({buf + 64, t_st}, t_shape, 4, &v, s2);
-  EXPECT_CAI_ERROR(sim->fill_async({buf + 60, rev}, shape, 4, &v, s2), Errc::race,
+  sim->fill_async(test::operand(buf + 60, {16}, {-4}, 4), &v, s1);
+  sim->fill_async(test::operand(buf + 64, {4, 4}, {4, 16}, 4), &v, s2);
+  EXPECT_CAI_ERROR(sim->fill_async(test::operand(buf + 60, {16}, {-4}, 4), &v, s2), Errc::race,
                    "writes [" + hex(buf) + "+64)");
 }
 

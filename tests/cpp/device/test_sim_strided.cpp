@@ -133,9 +133,12 @@ TEST_P(SimStridedTest, copy_matches_the_reference_on_random_layouts) {
       dp = sim->alloc(MemoryKind::device, dst.size());
       sim->copy_async(dp, addr(dst.data()), dst.size(), s);
     }
-    sim->copy_strided_async({dp + static_cast<std::uint64_t>(dv.offset), dv.strides},
-                            {sp + static_cast<std::uint64_t>(sv.offset), sv.strides}, shape,
-                            itemsize, s);
+    const auto n = static_cast<std::int64_t>(itemsize);
+    sim->copy_strided_async(test::operand(dp + static_cast<std::uint64_t>(dv.offset), Dims(shape),
+                                          Dims(dv.strides), n, !dst_dev),
+                            test::operand(sp + static_cast<std::uint64_t>(sv.offset), Dims(shape),
+                                          Dims(sv.strides), n, !src_dev),
+                            s);
     std::vector<std::uint8_t> got(dst.size());
     if (dst_dev) {
       sim->copy_async(addr(got.data()), dp, dst.size(), s);
@@ -180,8 +183,11 @@ TEST(sim_strided, fill_and_add_on_random_layouts) {
     auto at = [](std::uint64_t p, const View& v) {
       return p + static_cast<std::uint64_t>(v.offset);
     };
-    sim->add_async({at(dout, ov), ov.strides}, {at(da, av), av.strides}, {at(db, bv), bv.strides},
-                   shape, ElementType::i32, kLegacyDefaultStream);
+    auto op = [&](std::uint64_t p, const View& v) {
+      return test::operand(at(p, v), Dims(shape), Dims(v.strides), 4);
+    };
+    const Operand ops[] = {op(dout, ov), op(da, av), op(db, bv)};
+    sim->elementwise_async(ElementwiseOp::add, ElementType::i32, ops, kLegacyDefaultStream);
     std::vector<std::int32_t> got(o.size());
     sim->copy_async(addr(got.data()), dout, ov.base_bytes, kLegacyDefaultStream);
     sim->stream_synchronize(kLegacyDefaultStream);
@@ -204,7 +210,7 @@ TEST(sim_strided, fill_and_add_on_random_layouts) {
     ASSERT_EQ(got, want) << "iteration " << iter;
     // Fill the same output layout with 7 and check that only it changed.
     const std::int32_t seven = 7;
-    sim->fill_async({at(dout, ov), ov.strides}, shape, 4, &seven, kLegacyDefaultStream);
+    sim->fill_async(op(dout, ov), &seven, kLegacyDefaultStream);
     sim->copy_async(addr(got.data()), dout, ov.base_bytes, kLegacyDefaultStream);
     sim->stream_synchronize(kLegacyDefaultStream);
     for (std::size_t i = 0; i < want.size(); ++i) {

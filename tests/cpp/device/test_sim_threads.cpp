@@ -58,12 +58,11 @@ void run_threads(const std::function<void(int)>& fn) {
 class SimThreads : public ::testing::Test {
  protected:
   std::unique_ptr<SimBackend> sim = make_sim_backend();
-  const std::int64_t shape[1] = {kN};
-  const std::int64_t strides[1] = {sizeof(std::int32_t)};
-
-  Operand op(std::uint64_t p) const { return {p, strides}; }
-  void fill(std::uint64_t p, std::int32_t v, StreamHandle s) {
-    sim->fill_async(op(p), shape, sizeof v, &v, s);
+  Operand op(std::uint64_t p) const { return {p, Layout::c_contiguous(Dims{kN}, 4)}; }
+  void fill(std::uint64_t p, std::int32_t v, StreamHandle s) { sim->fill_async(op(p), &v, s); }
+  void add(std::uint64_t out, std::uint64_t a, std::uint64_t b, StreamHandle s) {
+    const Operand ops[] = {op(out), op(a), op(b)};
+    sim->elementwise_async(ElementwiseOp::add, ElementType::i32, ops, s);
   }
   std::vector<std::int32_t> read(std::uint64_t p, StreamHandle s) {
     std::vector<std::int32_t> host(kN);
@@ -81,7 +80,7 @@ TEST_F(SimThreads, own_streams_and_buffers) {
     const std::uint64_t b = sim->alloc(MemoryKind::device, kBytes);
     for (int iter = 0; iter < 40; ++iter) {
       fill(a, i + iter, s);
-      sim->add_async(op(b), op(a), op(a), shape, ElementType::i32, s);
+      add(b, a, a, s);
       sim->copy_async(a, b, kBytes, s);  // a = 2 (i + iter)
       const auto host = read(a, s);
       for (std::int32_t v : host) ASSERT_EQ(v, 2 * (i + iter));
@@ -131,7 +130,7 @@ TEST_F(SimThreads, event_chain_across_threads) {
       const EventHandle before = got[static_cast<std::size_t>(i - 1)].get();
       sim->stream_wait_event(s, before);
       const std::uint64_t in = bufs[static_cast<std::size_t>(i - 1)];
-      sim->add_async(op(out), op(in), op(in), shape, ElementType::i32, s);
+      add(out, in, in, s);
     }
     const EventHandle e = sim->event_create(false);
     sim->event_record(e, s);

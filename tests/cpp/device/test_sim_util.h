@@ -1,29 +1,23 @@
 #pragma once
 
-// Helpers shared by the simulator tests.
+// Helpers shared by the device tests.
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <functional>
-#include <string>
 #include <string_view>
 
-#include "cai/core/error.h"
+#include "cai/core/layout.h"
+#include "cai/device/backend.h"
+#include "cai_matchers.h"
 
 namespace cai::device::test {
 
-/// Runs f, expects a cai::Error with `code`, returns its message ("" when none was thrown).
-inline std::string error_message(const std::function<void()>& f, Errc code) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(code)) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected cai::Error";
-  return {};
-}
+using cai::test::CaiError;
+using cai::test::error_message;
+using cai::test::ThrowsCaiError;
+using ::testing::HasSubstr;
 
 inline bool contains(std::string_view text, std::string_view part) {
   return text.find(part) != std::string_view::npos;
@@ -33,11 +27,22 @@ inline std::uint64_t addr(const void* p) {
   return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
 }
 
+/// An operand of `shape` elements of `itemsize` bytes at byte `strides` from ptr.
+inline Operand operand(std::uint64_t ptr, Dims shape, Dims strides, std::int64_t itemsize,
+                       bool host = false) {
+  return {ptr, Layout(std::move(shape), std::move(strides), itemsize), host};
+}
+/// A C-contiguous operand.
+inline Operand dense(std::uint64_t ptr, Dims shape, std::int64_t itemsize, bool host = false) {
+  return {ptr, Layout::c_contiguous(shape, itemsize), host};
+}
+/// The caller's host buffer of a host copy.
+inline Operand host_buffer(const void* p, Dims shape, std::int64_t itemsize) {
+  return dense(addr(p), std::move(shape), itemsize, true);
+}
+
 }  // namespace cai::device::test
 
 /// Expects `stmt` to throw cai::Error with `code` and a message containing `part`.
-#define EXPECT_CAI_ERROR(stmt, code, part)                                                \
-  do {                                                                                    \
-    const std::string cai_msg_ = ::cai::device::test::error_message([&] { stmt; }, code); \
-    EXPECT_TRUE(::cai::device::test::contains(cai_msg_, part)) << cai_msg_;               \
-  } while (0)
+#define EXPECT_CAI_ERROR(stmt, code, part) \
+  EXPECT_THAT([&] { stmt; }, ::cai::test::ThrowsCaiError(code, ::testing::HasSubstr(part)))

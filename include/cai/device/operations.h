@@ -1,0 +1,142 @@
+#pragma once
+
+// The one table of the device layer's element types and elementwise operations. It drives the
+// ElementType and ElementwiseOp enums below, the CUDA kernels' entry points and the host's
+// lookup of them, the simulator's execution, the arrays layer's dtype dispatch and the Python
+// functions of cai.ops. Plain C++ that nvcc compiles too. Adding an operation: a row in
+// CAI_ELEMENTWISE_OPS, its functor in src/device/kernels/elementwise.h, its line in
+// docs/cuda-backend.md ("Operations and element types").
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <string_view>
+
+namespace cai::device {
+
+/// Storage of the element types that have no C++ arithmetic type of their own. What they mean
+/// (bool add is logical or, float16 rounds to nearest even) is the operations' business.
+namespace values {
+/// NumPy's bool: one byte, any non-zero value is true.
+struct Bool {
+  std::uint8_t value;
+};
+/// IEEE 754 binary16.
+struct Half {
+  std::uint16_t bits;
+};
+/// A complex number as two parts (NumPy aligns complex128 to 8 bytes only, so it is never
+/// loaded as one 16-byte word).
+template <class R>
+struct Complex {
+  R re, im;
+};
+}  // namespace values
+
+/// The element types: X(ctx, name, kind, value type). `kind` is the cai::Kind of the DType that
+/// maps to it (with item size sizeof(value type)); `ctx` is passed through to X so that the
+/// table can be expanded inside another (operation x type). The order is ElementType's.
+#define CAI_ELEMENT_TYPES(X, ctx)                             \
+  X(ctx, b8, boolean, ::cai::device::values::Bool)            \
+  X(ctx, i8, signed_int, std::int8_t)                         \
+  X(ctx, i16, signed_int, std::int16_t)                       \
+  X(ctx, i32, signed_int, std::int32_t)                       \
+  X(ctx, i64, signed_int, std::int64_t)                       \
+  X(ctx, u8, unsigned_int, std::uint8_t)                      \
+  X(ctx, u16, unsigned_int, std::uint16_t)                    \
+  X(ctx, u32, unsigned_int, std::uint32_t)                    \
+  X(ctx, u64, unsigned_int, std::uint64_t)                    \
+  X(ctx, f16, floating, ::cai::device::values::Half)          \
+  X(ctx, f32, floating, float)                                \
+  X(ctx, f64, floating, double)                               \
+  X(ctx, c64, complex, ::cai::device::values::Complex<float>) \
+  X(ctx, c128, complex, ::cai::device::values::Complex<double>)
+
+/// The elementwise operations: X(ctx, name, inputs, summary). Each computes
+/// out = name(in_1, ..., in_inputs) element by element on one ElementType with the functor
+/// `kernels::ops::name` (src/device/kernels/elementwise.h), which also says which element
+/// types it supports. Operands, all of one shape: `out` (written) first, then the inputs
+/// (read) `a`, `b`, ... An input may be `out` itself (same elements); the arrays layer stages a
+/// partial overlap.
+#define CAI_ELEMENTWISE_OPS(X, ctx)                                                      \
+  X(ctx, add, 2,                                                                         \
+    "out = a + b elementwise: integers wrap around, bool + bool is logical or, float16 " \
+    "rounds to nearest even")
+
+#define CAI_DETAIL_ENUM_NAME(ctx, name, ...) name,
+#define CAI_DETAIL_COUNT(ctx, ...) +1
+
+enum class ElementType : int { CAI_ELEMENT_TYPES(CAI_DETAIL_ENUM_NAME, _) };
+enum class ElementwiseOp : int { CAI_ELEMENTWISE_OPS(CAI_DETAIL_ENUM_NAME, _) };
+
+inline constexpr int element_type_count = 0 CAI_ELEMENT_TYPES(CAI_DETAIL_COUNT, _);
+inline constexpr int elementwise_op_count = 0 CAI_ELEMENTWISE_OPS(CAI_DETAIL_COUNT, _);
+
+/// Most inputs an elementwise operation takes (the kernels' operand slots are this plus out).
+inline constexpr int max_elementwise_inputs = 2;
+
+/// Facts about one element type, from the table.
+struct ElementTypeInfo {
+  std::string_view name;  ///< "b8", "f16", ...
+  std::size_t size;       ///< bytes
+};
+
+/// Facts about one elementwise operation, from the table.
+struct ElementwiseOpInfo {
+  std::string_view name;     ///< "add"; also the Python name in cai.ops
+  int inputs;                ///< operands after `out`
+  std::string_view summary;  ///< one line for docs and docstrings
+};
+
+#define CAI_DETAIL_TYPE_INFO(ctx, name, kind, type) ElementTypeInfo{#name, sizeof(type)},
+#define CAI_DETAIL_OP_INFO(ctx, name, inputs, summary) ElementwiseOpInfo{#name, inputs, summary},
+inline constexpr ElementTypeInfo element_types[] = {CAI_ELEMENT_TYPES(CAI_DETAIL_TYPE_INFO, _)};
+inline constexpr ElementwiseOpInfo elementwise_ops[] = {CAI_ELEMENTWISE_OPS(CAI_DETAIL_OP_INFO, _)};
+#undef CAI_DETAIL_TYPE_INFO
+#undef CAI_DETAIL_OP_INFO
+#undef CAI_DETAIL_ENUM_NAME
+#undef CAI_DETAIL_COUNT
+
+/// Whether the value is one of the enumerators (a cast from an int may not be).
+constexpr bool is_valid(ElementType t) noexcept {
+  return static_cast<int>(t) >= 0 && static_cast<int>(t) < element_type_count;
+}
+constexpr bool is_valid(ElementwiseOp op) noexcept {
+  return static_cast<int>(op) >= 0 && static_cast<int>(op) < elementwise_op_count;
+}
+
+/// Table row of a valid enumerator.
+constexpr const ElementTypeInfo& info(ElementType t) noexcept {
+  return element_types[static_cast<int>(t)];
+}
+constexpr const ElementwiseOpInfo& info(ElementwiseOp op) noexcept {
+  return elementwise_ops[static_cast<int>(op)];
+}
+
+/// The name of operand k of an elementwise operation in messages and in Python: "out" (k = 0),
+/// then the inputs "a", "b", ...
+constexpr std::string_view elementwise_operand_name(std::size_t k) noexcept {
+  constexpr std::string_view names[] = {"out", "a", "b", "c"};
+  static_assert(std::size(names) > max_elementwise_inputs);
+  return k < std::size(names) ? names[k] : "?";
+}
+
+/// Bytes of one element; 0 for an invalid value.
+constexpr std::size_t element_size(ElementType t) noexcept {
+  return is_valid(t) ? info(t).size : 0;
+}
+
+static_assert(
+    [] {
+      for (const ElementwiseOpInfo& op : elementwise_ops) {
+        if (op.inputs < 1 || op.inputs > max_elementwise_inputs) return false;
+      }
+      return true;
+    }(),
+    "an elementwise operation takes 1 to max_elementwise_inputs inputs; raise the limit (and "
+    "the kernels' operand slots follow)");
+static_assert(sizeof(values::Bool) == 1 && sizeof(values::Half) == 2 &&
+                  sizeof(values::Complex<double>) == 16,
+              "element value types must have NumPy's item sizes");
+
+}  // namespace cai::device

@@ -1,0 +1,227 @@
+#pragma once
+
+// Internal: what every operation does to one element, written once for both executors: the
+// CUDA kernels (kernels.cu, compiled by nvcc to PTX) and the CPU (cpu.cpp: the simulator and
+// the tests' reference). Functors over element values for the elementwise operations of
+// cai/device/operations.h, the float16 conversions, and the word-by-word item bodies of the
+// data-movement kernels (copy, fill). No loops over elements here: each executor walks the
+// index space its own way and calls these per element.
+
+#include <concepts>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "cai/core/host_device.h"
+#include "cai/device/operations.h"
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
+#if !defined(__CUDA_ARCH__)
+#include <bit>
+#include <cstring>
+#endif
+
+namespace cai::device::kernels {
+
+using values::Bool;
+using values::Complex;
+using values::Half;
+
+// ---------------------------------------------------------------------------------------------
+// Loads and stores at byte addresses. The device dereferences (addresses are aligned: the host
+// checks before launching); the host copies, which compiles to one move and avoids aliasing UB.
+
+template <class T>
+CAI_HOST_DEVICE inline T load(const char* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const T*>(p);
+#else
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+#endif
+}
+
+template <class T>
+CAI_HOST_DEVICE inline void store(char* p, T v) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<T*>(p) = v;
+#else
+  std::memcpy(p, &v, sizeof(T));
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// IEEE binary16 <-> float, rounding to nearest even: the hardware conversion on the device, the
+// same conversion in software on the host.
+
+CAI_HOST_DEVICE inline float to_float(Half h) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h.bits));
+#else
+  const std::uint32_t sign = static_cast<std::uint32_t>(h.bits & 0x8000u) << 16;
+  const std::uint32_t exp = (h.bits >> 10) & 0x1fu;
+  const std::uint32_t mant = h.bits & 0x3ffu;
+  if (exp == 0) {
+    // Zero or subnormal: mant * 2^-24, exact in float.
+    const float v = static_cast<float>(mant) * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
+#endif
+}
+
+CAI_HOST_DEVICE inline Half to_half(float f) {
+#if defined(__CUDA_ARCH__)
+  return Half{__half_as_ushort(__float2half_rn(f))};
+#else
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t exp = (x >> 23) & 0xffu;
+  std::uint32_t mant = x & 0x7fffffu;
+  auto half = [](std::uint32_t bits) { return Half{static_cast<std::uint16_t>(bits)}; };
+  if (exp == 0xff) {
+    // Inf stays inf; NaN stays a (quiet) NaN.
+    return half(sign | 0x7c00u | (mant ? 0x200u | (mant >> 13) : 0u));
+  }
+  const int e = static_cast<int>(exp) - 127 + 15;
+  if (e >= 31) return half(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return half(sign);
+    mant |= 0x800000u;
+    const int shift = 14 - e;
+    std::uint32_t hm = mant >> shift;
+    const std::uint32_t rem = mant & ((1u << shift) - 1u);
+    const std::uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (hm & 1u))) ++hm;
+    return half(sign | hm);
+  }
+  std::uint32_t h = sign | (static_cast<std::uint32_t>(e) << 10) | (mant >> 13);
+  const std::uint32_t rem = mant & 0x1fffu;
+  // A carry out of the mantissa correctly bumps the exponent (up to inf).
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return half(h);
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// The elementwise operations: one functor per row of CAI_ELEMENTWISE_OPS, named as the row.
+// `apply` takes and returns element values; an element type it has no overload for is not
+// supported by the operation (the host refuses it before launching).
+
+namespace ops {
+
+struct add {
+  // Integers wrap around: the sum is formed in the unsigned type (no signed-overflow UB).
+  template <class T>
+  requires std::is_integral_v<T> CAI_HOST_DEVICE static T apply(T a, T b) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  }
+  CAI_HOST_DEVICE static float apply(float a, float b) { return a + b; }
+  CAI_HOST_DEVICE static double apply(double a, double b) { return a + b; }
+  // bool + bool is logical or, as in NumPy.
+  CAI_HOST_DEVICE static Bool apply(Bool a, Bool b) {
+    return Bool{static_cast<std::uint8_t>(a.value != 0 || b.value != 0)};
+  }
+  // The float sum of two halves rounded once to half is the correctly rounded half sum: when
+  // the float sum is inexact, the bits below half precision cannot form a tie.
+  CAI_HOST_DEVICE static Half apply(Half a, Half b) { return to_half(to_float(a) + to_float(b)); }
+  template <class R>
+  CAI_HOST_DEVICE static Complex<R> apply(Complex<R> a, Complex<R> b) {
+    return {a.re + b.re, a.im + b.im};
+  }
+};
+
+}  // namespace ops
+
+namespace detail {
+template <class Op, class T, class Seq>
+struct supports;
+template <class Op, class T, std::size_t... I>
+struct supports<Op, T, std::index_sequence<I...>> {
+  static constexpr bool value = requires(T x) {
+    { Op::apply(((void)I, x)...) } -> std::same_as<T>;
+  };
+};
+}  // namespace detail
+
+/// Whether operation Op with N inputs is defined on element values of type T.
+template <class Op, class T, int N>
+inline constexpr bool supports =
+    detail::supports<Op, T, std::make_index_sequence<static_cast<std::size_t>(N)>>::value;
+
+namespace detail {
+template <class Op, class T, std::size_t... I>
+CAI_HOST_DEVICE inline void apply_element(char* out, const char* const* in,
+                                          std::index_sequence<I...>) {
+  store<T>(out, Op::apply(load<T>(in[I])...));
+}
+}  // namespace detail
+
+/// One element of an elementwise operation: out = Op(in[0], ..., in[N-1]) at byte addresses.
+template <class Op, class T, int N>
+CAI_HOST_DEVICE inline void apply_element(char* out, const char* const* in) {
+  detail::apply_element<Op, T>(out, in, std::make_index_sequence<static_cast<std::size_t>(N)>{});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data movement: items of any size moved as `words` words of W bytes (the executor picks the
+// widest W that divides the item size, every pointer and every stride, so each access is
+// aligned). One functor per row of CAI_DATA_KERNELS (launch.h), with
+// item<W>(operand pointers, the fill value, words).
+
+/// 16 bytes, 16-byte aligned: one vector access on the device.
+struct alignas(16) Word16 {
+  std::uint64_t lo, hi;
+};
+
+template <int W>
+struct word;
+template <>
+struct word<1> {
+  using type = std::uint8_t;
+};
+template <>
+struct word<2> {
+  using type = std::uint16_t;
+};
+template <>
+struct word<4> {
+  using type = std::uint32_t;
+};
+template <>
+struct word<8> {
+  using type = std::uint64_t;
+};
+template <>
+struct word<16> {
+  using type = Word16;
+};
+
+namespace data {
+
+/// dst = src; operands {dst, src}.
+struct copy {
+  template <int W>
+  CAI_HOST_DEVICE static void item(char* const* p, const char* /*value*/, int words) {
+    using T = typename word<W>::type;
+    for (int w = 0; w < words; ++w) store<T>(p[0] + w * W, load<T>(p[1] + w * W));
+  }
+};
+
+/// dst = value (one item); operands {dst}.
+struct fill {
+  template <int W>
+  CAI_HOST_DEVICE static void item(char* const* p, const char* value, int words) {
+    using T = typename word<W>::type;
+    for (int w = 0; w < words; ++w) store<T>(p[0] + w * W, load<T>(value + w * W));
+  }
+};
+
+}  // namespace data
+
+}  // namespace cai::device::kernels
