@@ -67,11 +67,6 @@ std::vector<AccessRun> normalize_runs(std::vector<AccessRun> runs) {
   return out;
 }
 
-RaceDetector::Actor RaceDetector::add_actor(std::string label) {
-  labels_.push_back(std::move(label));
-  return static_cast<Actor>(labels_.size() - 1);
-}
-
 const std::string* RaceDetector::intern(std::string_view name) {
   auto it = names_.find(name);
   if (it == names_.end()) it = names_.emplace(name).first;
@@ -101,8 +96,9 @@ void RaceDetector::add_conflict(std::vector<Conflict>& out, const Stamp& prev, b
   out.push_back({prev, prev_write, cur_write, lo, hi});
 }
 
-void RaceDetector::check_and_record(std::span<const AccessRun> runs, Actor actor,
+void RaceDetector::check_and_record(std::span<const AccessRun> runs, const Who& who,
                                     const VectorClock& clock, std::string_view name) {
+  const Actor actor = who.actor;
   std::vector<Conflict> conflicts;
   for (const AccessRun& run : runs) {
     auto it = segments_.upper_bound(run.lo);
@@ -121,9 +117,9 @@ void RaceDetector::check_and_record(std::span<const AccessRun> runs, Actor actor
       }
     }
   }
-  if (!conflicts.empty()) report(conflicts, actor, name);
+  if (!conflicts.empty()) report(conflicts, who, name);
 
-  const Stamp cur{actor, clock.at(actor), intern(name)};
+  const Stamp cur{actor, clock.at(actor), intern(name), who.label};
   for (const AccessRun& run : runs) {
     if (run.hi <= run.lo) continue;
     split_at(run.lo);
@@ -158,7 +154,7 @@ void RaceDetector::check_and_record(std::span<const AccessRun> runs, Actor actor
   }
 }
 
-void RaceDetector::report(const std::vector<Conflict>& conflicts, Actor actor,
+void RaceDetector::report(const std::vector<Conflict>& conflicts, const Who& who,
                           std::string_view name) const {
   constexpr std::size_t kListed = 8;
   std::string msg = "race: ";
@@ -167,8 +163,8 @@ void RaceDetector::report(const std::vector<Conflict>& conflicts, Actor actor,
     std::string range = "[";  // built by appending: GCC 12 warns falsely on "[" + string
     range.append(hex(c.lo)).append("+").append(std::to_string(c.hi - c.lo)).append(")");
     if (i > 0) msg += "; and ";
-    msg += std::string(name) + " on " + labels_[actor] + (c.cur_write ? " writes " : " reads ") +
-           range + " while " + *c.prev.name + " on " + labels_[c.prev.actor] +
+    msg += std::string(name) + " on " + *who.label + (c.cur_write ? " writes " : " reads ") +
+           range + " while " + *c.prev.name + " on " + *c.prev.label +
            " (not ordered before it: no event wait or synchronize) " +
            (c.prev_write ? "writes " : "reads ") + range;
   }

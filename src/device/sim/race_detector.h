@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -42,17 +43,20 @@ std::vector<AccessRun> normalize_runs(std::vector<AccessRun> runs);
 
 class RaceDetector {
  public:
+  /// A slot of the vector clocks. The simulator hands the slot of a destroyed stream to a later
+  /// stream (see SimBackend), so each recorded access keeps the label of who made it.
   using Actor = std::uint32_t;
 
-  /// Registers an actor; `label` names it in messages ("stream 0x...", "host thread 1").
-  Actor add_actor(std::string label);
-  const std::string& label(Actor a) const { return labels_[a]; }
-  std::size_t actor_count() const { return labels_.size(); }
+  /// Who performs an access: its slot and its name in messages ("stream 0x...", "the host").
+  struct Who {
+    Actor actor = 0;
+    std::shared_ptr<const std::string> label;
+  };
 
-  /// Checks the normalized `runs` of operation `name`, performed by `actor` as its access
-  /// number clock[actor], against the history. Throws Error(race) naming every unordered
+  /// Checks the normalized `runs` of operation `name`, performed by `who` as its access
+  /// number clock[who.actor], against the history. Throws Error(race) naming every unordered
   /// conflicting access (and changes nothing); otherwise records the runs.
-  void check_and_record(std::span<const AccessRun> runs, Actor actor, const VectorClock& clock,
+  void check_and_record(std::span<const AccessRun> runs, const Who& who, const VectorClock& clock,
                         std::string_view name);
 
   /// Drops the history of [lo, hi) (freed memory).
@@ -66,6 +70,7 @@ class RaceDetector {
     Actor actor = 0;
     std::uint64_t epoch = 0;  ///< 0: none
     const std::string* name = nullptr;
+    std::shared_ptr<const std::string> label;
     bool operator==(const Stamp&) const = default;
   };
   struct Segment {
@@ -87,13 +92,12 @@ class RaceDetector {
   void split_at(std::uint64_t at);
   static void add_conflict(std::vector<Conflict>& out, const Stamp& prev, bool prev_write,
                            bool cur_write, std::uint64_t lo, std::uint64_t hi);
-  [[noreturn]] void report(const std::vector<Conflict>& conflicts, Actor actor,
+  [[noreturn]] void report(const std::vector<Conflict>& conflicts, const Who& who,
                            std::string_view name) const;
   const std::string* intern(std::string_view name);
 
   std::map<std::uint64_t, Segment> segments_;  // keyed by lo; disjoint
-  std::vector<std::string> labels_;
-  std::set<std::string, std::less<>> names_;  // stable storage for operation names
+  std::set<std::string, std::less<>> names_;   // stable storage for operation names
 };
 
 }  // namespace cai::device::detail

@@ -92,7 +92,7 @@ SimBackend::SimBackend(int devices) : devices_(devices), instance_(g_next_instan
                                        std::to_string(kMaxDevices));
   }
   device_state_.resize(static_cast<std::size_t>(devices));
-  host_actor_ = races_.add_actor("the host");
+  host_ = {0, std::make_shared<const std::string>("the host")};
   for (int d = 0; d < devices; ++d) {
     std::string label = "legacy default stream";
     if (devices > 1) label += " of device " + std::to_string(d);
@@ -111,16 +111,17 @@ SimBackend::~SimBackend() {
     std::lock_guard g(l.mu);
     std::erase(l.list, this);
   }
-  std::vector<std::thread> workers;
+  std::vector<std::thread> pool;
   {
-    std::lock_guard lk(mu_);
-    for (auto& s : all_streams_) {
-      s->destroyed = true;  // workers drain their queues, then exit
-      if (s->worker.joinable()) workers.push_back(std::move(s->worker));
-    }
-    cv_.notify_all();
+    std::unique_lock lk(mu_);
+    for (auto& s : all_streams_) s->destroyed = true;  // each leaves once drained
+    std::erase_if(all_streams_, [](const auto& s) { return s->queue.empty() && !s->running; });
+    cv_.wait(lk, [&] { return all_streams_.empty(); });
+    stopping_ = true;
+    pool_cv_.notify_all();
+    pool.swap(pool_);
   }
-  for (std::thread& t : workers) t.join();
+  for (std::thread& t : pool) t.join();
   for (auto& [base, a] : memory_) ::operator delete (host_ptr(base), std::align_val_t{kAlignment});
 }
 
@@ -155,8 +156,7 @@ std::shared_ptr<SimBackend::Stream> SimBackend::new_stream_locked(StreamHandle h
   s->handle = handle;
   s->device = device;
   s->non_blocking = non_blocking;
-  s->actor = races_.add_actor(label);
-  s->label = std::move(label);
+  s->label = std::make_shared<const std::string>(std::move(label));
   all_streams_.push_back(s);
   return s;
 }
@@ -228,8 +228,6 @@ void SimBackend::check_memory_locked(const MemoryCheck& c, const char* where) {
 void SimBackend::enqueue_locked(const std::shared_ptr<Stream>& s, Op op,
                                 std::span<const AccessRun> runs, const VectorClock* extra_clock,
                                 const Dep* extra_dep) {
-  if (!s->worker.joinable()) s->worker = std::thread(&SimBackend::run_worker, this, s);
-
   // Work out the new clock and the real dependencies without changing anything, so that a
   // race leaves the state as it was.
   VectorClock clock = s->clock;
@@ -253,23 +251,43 @@ void SimBackend::enqueue_locked(const std::shared_ptr<Stream>& s, Op op,
     }
   }
   if (extra_dep && extra_dep->stream != s) deps.push_back(*extra_dep);
+  RaceDetector::Actor slot = s->slot;
   if (!runs.empty()) {
-    if (clock.size() <= s->actor) clock.resize(s->actor + 1, 0);
-    ++clock[s->actor];
-    if (race_detection_) races_.check_and_record(runs, s->actor, clock, op.name);
+    if (slot == kNoSlot) slot = free_slot_locked(clock);
+    if (clock.size() <= slot) clock.resize(slot + 1, 0);
+    ++clock[slot];
+    if (race_detection_) races_.check_and_record(runs, {slot, s->label}, clock, op.name);
+    if (s->slot == kNoSlot) {  // the slot is taken only once the access is accepted
+      if (slot == slot_count_) ++slot_count_;
+      std::erase_if(retired_slots_, [&](const RetiredSlot& r) { return r.slot == slot; });
+      s->slot = slot;
+    }
   }
 
   s->clock = std::move(clock);
   op.seq = ++s->enqueued;
   op.deps = std::move(deps);
   s->queue.push_back(std::move(op));
-  cv_.notify_all();
+  if (s->queue.size() == 1) schedule_locked(s);  // a new front operation
 }
 
 void SimBackend::retire_locked(Stream& s) {
   DeviceState& ds = device_state_[static_cast<std::size_t>(s.device)];
   join(ds.retired_all, s.clock);
   if (!s.non_blocking) join(ds.retired_blocking, s.clock);
+  if (s.slot != kNoSlot) {
+    retired_slots_.push_back({s.slot, s.clock[s.slot]});
+    s.slot = kNoSlot;  // never used again: a destroyed stream takes no new work
+  }
+}
+
+RaceDetector::Actor SimBackend::free_slot_locked(const VectorClock& clock) const {
+  // The most recently retired first: with short-lived streams, that is the one the new stream
+  // most likely waited for.
+  for (auto it = retired_slots_.rbegin(); it != retired_slots_.rend(); ++it) {
+    if (it->slot < clock.size() && clock[it->slot] >= it->epoch) return it->slot;
+  }
+  return slot_count_;
 }
 
 void SimBackend::throw_sticky_locked(Stream& s, std::uint64_t upto, const char* where) {
@@ -280,61 +298,132 @@ void SimBackend::throw_sticky_locked(Stream& s, std::uint64_t upto, const char* 
 }
 
 void SimBackend::release_locked(const std::shared_ptr<Stream>& s) {
-  // As in CUDA: enqueued work still runs; the worker exits after it.
+  // As in CUDA: enqueued work still runs; the stream goes once drained.
   s->destroyed = true;
   retire_locked(*s);
-  if (!s->worker.joinable()) std::erase(all_streams_, s);  // no work was ever enqueued
-  cv_.notify_all();
+  if (s->queue.empty() && !s->running) std::erase(all_streams_, s);
 }
 
 void SimBackend::wait_locked(std::unique_lock<std::mutex>& lk, const Stream& s, std::uint64_t seq) {
   cv_.wait(lk, [&] { return s.completed >= seq; });
 }
 
-void SimBackend::run_worker(std::shared_ptr<Stream> s) {
-  std::unique_lock lk(mu_);
-  auto ready = [&] {
-    if (s->queue.empty()) return s->destroyed;
-    for (const Dep& d : s->queue.front().deps) {
-      if (d.stream->completed < d.seq) return false;
-    }
-    return true;
-  };
-  for (;;) {
-    cv_.wait(lk, ready);
-    if (s->queue.empty()) {
-      // Destroyed and drained. Nobody waits to join this worker (stream_destroy returns at
-      // once), so it detaches itself; the destructor has already taken any it must join.
-      if (s->worker.joinable()) s->worker.detach();
-      std::erase(all_streams_, s);
-      cv_.notify_all();
+void SimBackend::schedule_locked(const std::shared_ptr<Stream>& s) {
+  if (s->running || s->pending || s->queue.empty()) return;
+  Op& op = s->queue.front();
+  for (const Dep& d : op.deps) {
+    if (d.stream->completed < d.seq) {
+      d.stream->waiters.emplace(d.seq, s);  // scheduled again when d reaches d.seq
       return;
     }
-    Op op = std::move(s->queue.front());
-    s->queue.pop_front();
-    lk.unlock();
-    // Sleep and run without the lock: other streams and the host go on meanwhile.
-    if (op.delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(op.delay));
-    std::optional<std::string> failure;
-    if (op.fn) {
-      try {
-        op.fn();
-      } catch (const std::exception& e) {
-        failure = e.what();
-      } catch (...) {
-        failure = "unknown exception";
-      }
-    }
-    const TimePoint now = std::chrono::steady_clock::now();
-    lk.lock();
-    if (op.stamp) op.stamp->time = now;
-    s->completed = op.seq;
-    if (failure && !s->error) {
-      s->error = op.name + " on " + s->label + " failed: " + *failure;
-      s->error_seq = op.seq;
-    }
-    cv_.notify_all();
   }
+  s->pending = true;
+  if (op.delay > 0) {
+    const TimePoint now = std::chrono::steady_clock::now();
+    if (!s->start_at) {
+      s->start_at = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(op.delay));
+    }
+    if (now < *s->start_at) {
+      sleeping_.emplace(*s->start_at, s);
+      wake_pool_locked(/*all=*/true);  // the idle threads' deadline may be earlier now
+      return;
+    }
+  }
+  ready_.push_back(s);
+  wake_pool_locked(/*all=*/false);
+}
+
+void SimBackend::wake_pool_locked(bool all) {
+  if (idle_ > claimed_) {
+    ++claimed_;
+    if (all) {
+      pool_cv_.notify_all();
+    } else {
+      pool_cv_.notify_one();
+    }
+    return;
+  }
+  // Threads between two operations look at ready_ before they wait: enough of them, no new
+  // thread. Otherwise start one, even though some may be inside long operations: a running
+  // task may block (waiting for another stream), so work never waits for a busy thread.
+  const std::size_t between = pool_.size() - static_cast<std::size_t>(busy_ + idle_);
+  if (between >= ready_.size() + (all ? 1 : 0)) return;
+  pool_.emplace_back(&SimBackend::run_pool, this);
+}
+
+void SimBackend::run_pool() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    // Delays that have run out make their streams ready.
+    const TimePoint now = std::chrono::steady_clock::now();
+    while (!sleeping_.empty() && sleeping_.begin()->first <= now) {
+      std::shared_ptr<Stream> s = std::move(sleeping_.begin()->second);
+      sleeping_.erase(sleeping_.begin());
+      s->pending = false;
+      schedule_locked(s);
+    }
+    if (!ready_.empty()) {
+      std::shared_ptr<Stream> s = std::move(ready_.front());
+      ready_.pop_front();
+      s->pending = false;
+      s->running = true;
+      s->start_at.reset();
+      Op op = std::move(s->queue.front());
+      s->queue.pop_front();
+      ++busy_;
+      lk.unlock();
+      // Run without the lock: other streams and the host go on meanwhile.
+      std::optional<std::string> failure;
+      if (op.fn) {
+        try {
+          op.fn();
+        } catch (const std::exception& e) {
+          failure = e.what();
+        } catch (...) {
+          failure = "unknown exception";
+        }
+      }
+      const TimePoint done = std::chrono::steady_clock::now();
+      lk.lock();
+      --busy_;
+      complete_locked(s, op, failure, done);
+      continue;
+    }
+    if (stopping_) return;
+    // No predicate: any wake-up (work, a new earlier delay, spurious) re-examines everything.
+    ++idle_;
+    if (sleeping_.empty()) {
+      pool_cv_.wait(lk);
+    } else {
+      pool_cv_.wait_until(lk, sleeping_.begin()->first);
+    }
+    --idle_;
+    if (claimed_ > 0) --claimed_;
+  }
+}
+
+void SimBackend::complete_locked(const std::shared_ptr<Stream>& s, const Op& op,
+                                 const std::optional<std::string>& failure, TimePoint now) {
+  if (op.stamp) op.stamp->time = now;
+  s->completed = op.seq;
+  s->running = false;
+  if (failure && !s->error) {
+    s->error = op.name + " on " + *s->label + " failed: " + *failure;
+    s->error_seq = op.seq;
+  }
+  // The streams whose next operation waited for this one.
+  while (!s->waiters.empty() && s->waiters.begin()->first <= s->completed) {
+    std::shared_ptr<Stream> w = s->waiters.begin()->second.lock();
+    s->waiters.erase(s->waiters.begin());
+    if (w) schedule_locked(w);
+  }
+  if (s->destroyed && s->queue.empty()) {
+    std::erase(all_streams_, s);
+  } else {
+    schedule_locked(s);
+  }
+  cv_.notify_all();  // host threads waiting in wait_locked, a destructor counting streams
 }
 
 void SimBackend::submit(StreamHandle h, const std::string& name, std::vector<AccessRun> runs,
@@ -746,9 +835,9 @@ void SimBackend::host_access(const sim::Access& access, std::string_view what) {
     }
   }
   VectorClock clock = host_clock_;
-  if (clock.size() <= host_actor_) clock.resize(host_actor_ + 1, 0);
-  ++clock[host_actor_];
-  if (race_detection_) races_.check_and_record(runs, host_actor_, clock, what);
+  if (clock.size() <= host_.actor) clock.resize(host_.actor + 1, 0);
+  ++clock[host_.actor];
+  if (race_detection_) races_.check_and_record(runs, host_, clock, what);
   host_clock_ = std::move(clock);
 }
 
@@ -763,8 +852,9 @@ void SimBackend::enqueue_task(StreamHandle s, std::span<const sim::Access> acces
 
 void SimBackend::set_race_detection(bool on) {
   std::lock_guard lk(mu_);
+  if (on == race_detection_) return;  // switching on again must not lose the history
   race_detection_ = on;
-  races_.clear();
+  if (!on) races_.clear();  // nothing is recorded while off: free the history
 }
 
 bool SimBackend::race_detection() {
@@ -781,6 +871,11 @@ void SimBackend::forget(std::uint64_t ptr, std::size_t bytes) {
 std::size_t SimBackend::race_history_size() {
   std::lock_guard lk(mu_);
   return races_.segment_count();
+}
+
+std::size_t SimBackend::clock_slots() {
+  std::lock_guard lk(mu_);
+  return slot_count_;
 }
 
 void SimBackend::on_thread_exit(std::uint64_t thread_id) {

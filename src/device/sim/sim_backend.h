@@ -1,7 +1,8 @@
 #pragma once
 
 // Internal: the CPU simulator backend. Device memory is host memory, streams are FIFO queues
-// run by one worker thread each, and a race detector checks every access at enqueue time.
+// whose ready operations a pool of host threads runs (one at a time per stream), and a race
+// detector checks every access at enqueue time.
 // Tests construct private instances with make_sim_backend().
 
 #include <chrono>
@@ -27,7 +28,7 @@ class SimBackend final : public Backend {
  public:
   /// `devices` simulated devices (1 to 64).
   explicit SimBackend(int devices = 1);
-  /// Waits for all enqueued work, then joins the workers.
+  /// Waits for all enqueued work, then joins the pool.
   ~SimBackend() override;
   SimBackend(const SimBackend&) = delete;
   SimBackend& operator=(const SimBackend&) = delete;
@@ -78,6 +79,9 @@ class SimBackend final : public Backend {
   void forget(std::uint64_t ptr, std::size_t bytes);
   /// Number of intervals in the race detector's history (tests check that it stays bounded).
   std::size_t race_history_size();
+  /// Number of vector-clock slots in use or retired: the length of every clock (tests check
+  /// that it stays bounded when streams come and go).
+  std::size_t clock_slots();
 
   /// Called when a host thread exits: its per-thread default streams are released.
   void on_thread_exit(std::uint64_t thread_id);
@@ -100,20 +104,25 @@ class SimBackend final : public Backend {
     std::function<void()> fn;
     std::shared_ptr<Stamp> stamp;
   };
+  static constexpr RaceDetector::Actor kNoSlot = ~RaceDetector::Actor{0};
   struct Stream {
     StreamHandle handle = 0;  ///< as the user sees it (1 and 2 for default streams)
-    std::string label;
+    std::shared_ptr<const std::string> label;
     int device = 0;
     bool non_blocking = false;
     bool legacy = false;
-    RaceDetector::Actor actor = 0;
+    RaceDetector::Actor slot = kNoSlot;  ///< its vector-clock slot, taken at its first access
     VectorClock clock;
     std::deque<Op> queue;
     std::uint64_t enqueued = 0, completed = 0;
     std::optional<std::string> error;  ///< first failure not yet reported
     std::uint64_t error_seq = 0;
     bool destroyed = false;
-    std::thread worker;
+    bool running = false;               ///< a pool thread runs its front operation
+    bool pending = false;               ///< in ready_ or sleeping_
+    std::optional<TimePoint> start_at;  ///< when the front operation's delay ends
+    /// Streams whose front operation waits for this stream to complete operation `seq`.
+    std::multimap<std::uint64_t, std::weak_ptr<Stream>> waiters;
   };
   struct EventRecord {
     std::shared_ptr<Stream> stream;
@@ -155,12 +164,24 @@ class SimBackend final : public Backend {
   void enqueue_locked(const std::shared_ptr<Stream>& s, Op op, std::span<const AccessRun> runs,
                       const VectorClock* extra_clock = nullptr, const Dep* extra_dep = nullptr);
   void retire_locked(Stream& s);
+  /// A vector-clock slot for a stream whose first access has `clock`: a retired slot whose
+  /// accesses that clock is ordered after, else slot_count_ (a new one).
+  RaceDetector::Actor free_slot_locked(const VectorClock& clock) const;
   void throw_sticky_locked(Stream& s, std::uint64_t upto, const char* where);
-  /// Destroys s: no new work; its worker drains the queue, then detaches itself.
+  /// Destroys s: no new work; it leaves all_streams_ once its queue has drained.
   void release_locked(const std::shared_ptr<Stream>& s);
   void wait_locked(std::unique_lock<std::mutex>& lk, const Stream& s, std::uint64_t seq);
 
-  void run_worker(std::shared_ptr<Stream> s);
+  /// Puts s in ready_ (or sleeping_, for a delay) when its front operation can run, else
+  /// registers it with the stream it waits for. Starts a pool thread when none is idle.
+  void schedule_locked(const std::shared_ptr<Stream>& s);
+  /// Wakes an idle pool thread (all of them when `all`), or starts one when none is free.
+  void wake_pool_locked(bool all);
+  /// A pool thread: runs ready operations and wakes delayed streams, until the destructor.
+  void run_pool();
+  /// Records the completion of op on s and schedules what it unblocks.
+  void complete_locked(const std::shared_ptr<Stream>& s, const Op& op,
+                       const std::optional<std::string>& failure, TimePoint now);
   /// Validates the stream and memory, then enqueues an operation performing `runs`.
   void submit(StreamHandle s, const std::string& name, std::vector<AccessRun> runs,
               std::function<void()> fn, std::span<const MemoryCheck> checks, double delay = 0);
@@ -168,7 +189,16 @@ class SimBackend final : public Backend {
   const int devices_;
   const std::uint64_t instance_;
   std::mutex mu_;
-  std::condition_variable cv_;  // any progress: a push, a completion, an exit
+  std::condition_variable cv_;  // host waiters: a completion, a stream drained
+  // The pool: threads are added when work is ready and none is idle, and stay (idle) after.
+  std::vector<std::thread> pool_;
+  std::condition_variable pool_cv_;  // idle pool threads: work claimed for them, a delay, stop
+  std::deque<std::shared_ptr<Stream>> ready_;
+  std::multimap<TimePoint, std::shared_ptr<Stream>> sleeping_;  // delayed front operations
+  int idle_ = 0;                                                // pool threads waiting on pool_cv_
+  int busy_ = 0;                                                // pool threads running an operation
+  int claimed_ = 0;                                             // of those, woken for ready work
+  bool stopping_ = false;
   RaceDetector races_;
   bool race_detection_ = true;
   std::map<std::uint64_t, Allocation> memory_;
@@ -176,10 +206,20 @@ class SimBackend final : public Backend {
   std::vector<std::shared_ptr<Stream>> all_streams_;         // every live or draining stream
   std::map<std::pair<std::uint64_t, int>, std::shared_ptr<Stream>> per_thread_;
   std::map<EventHandle, Event> events_;
-  // The host is one actor: host-side synchronization between threads (mutexes, joins) is
-  // invisible here, so a synchronize by any thread orders the whole host.
-  RaceDetector::Actor host_actor_ = 0;
+  // The host is one actor (slot 0): host-side synchronization between threads (mutexes,
+  // joins) is invisible here, so a synchronize by any thread orders the whole host.
+  RaceDetector::Who host_;
   VectorClock host_clock_;
+  // Slots of destroyed streams, with the epoch of their last access. A slot goes to a new
+  // stream only when that stream is ordered after all those accesses, so the accesses made
+  // with one slot stay one chain in happens-before order and the clocks stay exact; the state
+  // then does not grow with the number of streams ever created.
+  struct RetiredSlot {
+    RaceDetector::Actor slot = 0;
+    std::uint64_t epoch = 0;
+  };
+  std::vector<RetiredSlot> retired_slots_;
+  RaceDetector::Actor slot_count_ = 1;           // slot 0 is the host
   std::map<std::uint64_t, int> current_device_;  // by host thread id; absent = 0
   std::vector<DeviceState> device_state_;
   std::uint64_t next_stream_ = 0, next_event_ = 0;

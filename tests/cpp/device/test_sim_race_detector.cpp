@@ -39,13 +39,16 @@ TEST(sim_race_detector, join_is_componentwise_max) {
 
 class RaceDetectorTest : public ::testing::Test {
  protected:
+  static RaceDetector::Who who(RaceDetector::Actor slot, const char* label) {
+    return {slot, std::make_shared<const std::string>(label)};
+  }
   RaceDetector d;
-  RaceDetector::Actor s1 = d.add_actor("stream A");
-  RaceDetector::Actor s2 = d.add_actor("stream B");
+  RaceDetector::Who s1 = who(0, "stream A");
+  RaceDetector::Who s2 = who(1, "stream B");
   // Clocks: actor i at epoch e, knowing the given other epochs.
-  static VectorClock at(std::size_t actor, std::uint64_t epoch, VectorClock knows = {}) {
-    knows.resize(std::max<std::size_t>(knows.size(), actor + 1), 0);
-    knows[actor] = epoch;
+  static VectorClock at(const RaceDetector::Who& w, std::uint64_t epoch, VectorClock knows = {}) {
+    knows.resize(std::max<std::size_t>(knows.size(), w.actor + 1), 0);
+    knows[w.actor] = epoch;
     return knows;
   }
   static std::vector<AccessRun> w(std::uint64_t lo, std::uint64_t hi) { return {{lo, hi, true}}; }
@@ -85,7 +88,7 @@ TEST_F(RaceDetectorTest, a_read_checks_only_the_last_write) {
 }
 
 TEST_F(RaceDetectorTest, lists_every_conflict_and_merges_adjacent_pieces) {
-  auto s3 = d.add_actor("stream C");
+  const auto s3 = who(2, "stream C");
   d.check_and_record(w(0, 4), s1, at(s1, 1), "x");
   d.check_and_record(w(4, 8), s1, at(s1, 2), "y");
   d.check_and_record(r(16, 24), s2, at(s2, 1), "z");
@@ -111,6 +114,18 @@ TEST_F(RaceDetectorTest, forget_and_clear_drop_history) {
   d.clear();
   EXPECT_EQ(d.segment_count(), 0u);
   d.check_and_record(w(0, 100), s2, at(s2, 3), "d");
+}
+
+TEST_F(RaceDetectorTest, each_access_keeps_the_label_of_who_made_it) {
+  // A slot handed on (a destroyed stream's, to a stream ordered after it) keeps naming the
+  // stream that made each recorded access.
+  d.check_and_record(w(0, 8), s1, at(s1, 1), "old");
+  const auto reused = who(0, "stream D");
+  d.check_and_record(w(8, 16), reused, at(reused, 2), "new");
+  const std::string msg =
+      test::error_message([&] { d.check_and_record(w(0, 16), s2, at(s2, 1), "x"); }, Errc::race);
+  EXPECT_TRUE(test::contains(msg, "while old on stream A")) << msg;
+  EXPECT_TRUE(test::contains(msg, "while new on stream D")) << msg;
 }
 
 TEST_F(RaceDetectorTest, writes_coalesce_the_history) {

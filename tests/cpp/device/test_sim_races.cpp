@@ -292,6 +292,62 @@ TEST_F(SimRaceTest, detection_can_be_switched_off) {
   EXPECT_CAI_ERROR(write(buf, s1), Errc::race, "race:");
 }
 
+TEST_F(SimRaceTest, switching_detection_on_again_keeps_the_history) {
+  write(buf, s1);
+  sim->set_race_detection(true);  // already on: nothing forgotten
+  EXPECT_CAI_ERROR(write(buf, s2), Errc::race, "while memset_async on stream " + hex(s1));
+}
+
+// Short-lived streams, each ordered with the data's stream by events (what cai's operations do
+// on a new stream): the clocks, the slots and the history stay the same size.
+TEST_F(SimRaceTest, stream_churn_keeps_the_state_bounded) {
+  const EventHandle e = sim->event_create(false);
+  const std::int32_t v = 1;
+  auto one_round = [&] {
+    const StreamHandle s = sim->stream_create(true);
+    sim->event_record(e, s1);
+    sim->stream_wait_event(s, e);
+    sim->fill_async(test::dense(buf, {16}, 4), &v, s);
+    sim->event_record(e, s);
+    sim->stream_wait_event(s1, e);
+    sim->stream_destroy(s);
+    return s;
+  };
+  for (int i = 0; i < 100; ++i) one_round();
+  const std::size_t slots = sim->clock_slots();
+  const std::size_t history = sim->race_history_size();
+  StreamHandle last = 0;
+  for (int i = 0; i < 5000; ++i) last = one_round();
+  EXPECT_EQ(sim->clock_slots(), slots);
+  EXPECT_LE(slots, 6u);  // the host, s1 and one for the churned streams (plus the fixture's)
+  EXPECT_EQ(sim->race_history_size(), history);
+  // Races are still caught, and name the stream that made the access.
+  EXPECT_CAI_ERROR(write(buf, nb), Errc::race, "while fill_async on stream " + hex(last));
+  sim->event_destroy(e);
+}
+
+TEST_F(SimRaceTest, a_slot_goes_only_to_a_stream_ordered_after_its_accesses) {
+  // Unordered short-lived streams keep their slots (their accesses may still race)...
+  const StreamHandle a = sim->stream_create(true);
+  write(buf, a);
+  sim->stream_destroy(a);
+  const std::size_t slots = sim->clock_slots();
+  const StreamHandle b = sim->stream_create(true);
+  write(buf + 128, b);  // b is not ordered after a: a new slot
+  EXPECT_EQ(sim->clock_slots(), slots + 1);
+  EXPECT_CAI_ERROR(write(buf, b), Errc::race, "while memset_async on stream " + hex(a));
+  sim->stream_destroy(b);
+  // ...until something orders the host after them: then new streams reuse them.
+  sim->synchronize();
+  for (int i = 0; i < 50; ++i) {
+    const StreamHandle c = sim->stream_create(true);
+    write(buf, c);
+    sim->stream_synchronize(c);
+    sim->stream_destroy(c);
+  }
+  EXPECT_EQ(sim->clock_slots(), slots + 1);
+}
+
 TEST_F(SimRaceTest, history_stays_bounded_under_repeated_work) {
   for (int i = 0; i < 200; ++i) {
     write(buf, s1);
