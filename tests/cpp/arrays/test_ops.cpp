@@ -68,7 +68,7 @@ TEST(ops_test, staging_does_not_block_the_host) {
   View x = upload({1, 2, 3, 4}, s);
   View zeros = upload({0, 0, 0, 0}, s);
   device::sim::delay(h, 0.2);
-  add(x, reversed(x), zeros, s);  // staged through a temporary freed stream-ordered
+  add(x, reversed(x), zeros, s);          // staged through a temporary freed stream-ordered
   EXPECT_FALSE(backend.stream_query(h));  // returned while the stream is still busy
   EXPECT_THAT(download(x), ElementsAre(4, 3, 2, 1));
   backend.stream_destroy(h);
@@ -81,11 +81,13 @@ TEST(ops_test, elementwise_checks_its_operands) {
               ThrowsCaiError(Errc::value_error, HasSubstr("add(): takes 2 inputs, got 1")));
   View y = upload({1, 2});
   EXPECT_THAT([&] { add(x, y, x, kLegacy); },
-              ThrowsCaiError(Errc::value_error, HasSubstr("add(): out has shape (3,) but a has shape (2,)")));
+              ThrowsCaiError(Errc::value_error,
+                             HasSubstr("add(): out has shape (3,) but a has shape (2,)")));
   const std::int64_t shape[] = {3};
   View s4 = View::allocate(DType::from_typestr("|S4"), shape, false, kLegacy);
-  EXPECT_THAT([&] { add(s4, s4, s4, kLegacy); },
-              ThrowsCaiError(Errc::not_implemented, HasSubstr("add(): dtype |S4 is not supported")));
+  EXPECT_THAT(
+      [&] { add(s4, s4, s4, kLegacy); },
+      ThrowsCaiError(Errc::not_implemented, HasSubstr("add(): dtype |S4 is not supported")));
 }
 
 TEST(ops_test, element_types_come_from_the_table) {

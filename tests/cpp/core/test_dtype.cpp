@@ -10,9 +10,14 @@
 #include <vector>
 
 #include "cai/core/error.h"
+#include "cai_matchers.h"
 
 namespace cai {
 namespace {
+
+using test::ThrowsCaiError;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 constexpr bool kLittleHost = std::endian::native == std::endian::little;
 constexpr ByteOrder kNative = kLittleHost ? ByteOrder::little : ByteOrder::big;
@@ -20,26 +25,12 @@ constexpr ByteOrder kForeign = kLittleHost ? ByteOrder::big : ByteOrder::little;
 const std::string kNativeChar = kLittleHost ? "<" : ">";
 const std::string kForeignChar = kLittleHost ? ">" : "<";
 
-// Runs fn, expects an Error with this code whose message contains every phrase.
-void expect_error(const std::function<void()>& fn, Errc code,
-                  std::initializer_list<std::string> phrases) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(code)) << e.what();
-    for (const std::string& p : phrases) {
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "message: " << e.what() << "\nmissing: " << p;
-    }
-    return;
-  }
-  ADD_FAILURE() << "no cai::Error thrown";
-}
-
 void expect_typestr_error(const std::string& s, std::initializer_list<std::string> phrases,
                           Errc code = Errc::value_error) {
   SCOPED_TRACE(s);
-  expect_error([&] { DType::from_typestr(s); }, code, phrases);
+  std::vector<::testing::Matcher<std::string>> parts;
+  for (const std::string& p : phrases) parts.push_back(HasSubstr(p));
+  EXPECT_THAT([&] { DType::from_typestr(s); }, ThrowsCaiError(code, ::testing::AllOfArray(parts)));
 }
 
 DescrEntry leaf(std::string name, std::string typestr, std::vector<std::int64_t> shape = {}) {
@@ -397,42 +388,66 @@ TEST(dtype_test, from_dlpack_rejections) {
   auto from = [](std::uint8_t code, std::uint8_t bits, std::uint16_t lanes) {
     return [=] { DType::from_dlpack(DLDataType{code, bits, lanes}); };
   };
-  expect_error(from(18, 8, 1), Errc::value_error,
-               {"from_dlpack: (code 18 unknown, bits 8, lanes 1)", "unknown type code"});
-  expect_error(from(255, 8, 1), Errc::value_error, {"unknown type code"});
-  expect_error(from(kDLFloat, 32, 4), Errc::not_implemented,
-               {"kDLFloat", "lanes 4", "vector type"});
-  expect_error(from(kDLInt, 12, 1), Errc::not_implemented, {"bits 12", "expected bits 8, 16"});
-  expect_error(from(kDLInt, 128, 1), Errc::not_implemented, {"no NumPy equivalent"});
-  expect_error(from(kDLUInt, 0, 1), Errc::not_implemented, {"kDLUInt"});
-  expect_error(from(kDLFloat, 128, 1), Errc::not_implemented, {"expected bits 16, 32 or 64"});
-  expect_error(from(kDLFloat, 8, 1), Errc::not_implemented, {"kDLFloat"});
-  expect_error(from(kDLComplex, 32, 1), Errc::not_implemented, {"expected bits 64 or 128"});
-  expect_error(from(kDLBool, 1, 1), Errc::not_implemented, {"kDLBool", "expected bits 8"});
-  expect_error(from(kDLOpaqueHandle, 64, 1), Errc::not_implemented, {"opaque handle"});
-  expect_error(from(kDLBfloat, 32, 1), Errc::not_implemented, {"bfloat16", "expected bits 16"});
-  expect_error(from(kDLFloat8_e4m3fn, 16, 1), Errc::not_implemented, {"expected bits 8"});
-  expect_error(from(kDLFloat4_e2m1fn, 8, 1), Errc::not_implemented,
-               {"float4_e2m1fn", "expected bits 4"});
-  expect_error(from(kDLFloat6_e3m2fn, 8, 1), Errc::not_implemented, {"expected bits 6"});
+  EXPECT_THAT(from(18, 8, 1),
+              ThrowsCaiError(Errc::value_error,
+                             AllOf(HasSubstr("from_dlpack: (code 18 unknown, bits 8, lanes 1)"),
+                                   HasSubstr("unknown type code"))));
+  EXPECT_THAT(from(255, 8, 1), ThrowsCaiError(Errc::value_error, HasSubstr("unknown type code")));
+  EXPECT_THAT(
+      from(kDLFloat, 32, 4),
+      ThrowsCaiError(Errc::not_implemented,
+                     AllOf(HasSubstr("kDLFloat"), HasSubstr("lanes 4"), HasSubstr("vector type"))));
+  EXPECT_THAT(from(kDLInt, 12, 1),
+              ThrowsCaiError(Errc::not_implemented,
+                             AllOf(HasSubstr("bits 12"), HasSubstr("expected bits 8, 16"))));
+  EXPECT_THAT(from(kDLInt, 128, 1),
+              ThrowsCaiError(Errc::not_implemented, HasSubstr("no NumPy equivalent")));
+  EXPECT_THAT(from(kDLUInt, 0, 1), ThrowsCaiError(Errc::not_implemented, HasSubstr("kDLUInt")));
+  EXPECT_THAT(from(kDLFloat, 128, 1),
+              ThrowsCaiError(Errc::not_implemented, HasSubstr("expected bits 16, 32 or 64")));
+  EXPECT_THAT(from(kDLFloat, 8, 1), ThrowsCaiError(Errc::not_implemented, HasSubstr("kDLFloat")));
+  EXPECT_THAT(from(kDLComplex, 32, 1),
+              ThrowsCaiError(Errc::not_implemented, HasSubstr("expected bits 64 or 128")));
+  EXPECT_THAT(from(kDLBool, 1, 1),
+              ThrowsCaiError(Errc::not_implemented,
+                             AllOf(HasSubstr("kDLBool"), HasSubstr("expected bits 8"))));
+  EXPECT_THAT(from(kDLOpaqueHandle, 64, 1),
+              ThrowsCaiError(Errc::not_implemented, HasSubstr("opaque handle")));
+  EXPECT_THAT(from(kDLBfloat, 32, 1),
+              ThrowsCaiError(Errc::not_implemented,
+                             AllOf(HasSubstr("bfloat16"), HasSubstr("expected bits 16"))));
+  EXPECT_THAT(from(kDLFloat8_e4m3fn, 16, 1),
+              ThrowsCaiError(Errc::not_implemented, HasSubstr("expected bits 8")));
+  EXPECT_THAT(from(kDLFloat4_e2m1fn, 8, 1),
+              ThrowsCaiError(Errc::not_implemented,
+                             AllOf(HasSubstr("float4_e2m1fn"), HasSubstr("expected bits 4"))));
+  EXPECT_THAT(from(kDLFloat6_e3m2fn, 8, 1),
+              ThrowsCaiError(Errc::not_implemented, HasSubstr("expected bits 6")));
 }
 
 TEST(dtype_test, to_dlpack_rejections) {
   auto to = [](const std::string& s) { return [=] { DType::from_typestr(s).to_dlpack(); }; };
-  expect_error(to(kForeignChar + "f4"), Errc::not_implemented,
-               {"to_dlpack: '" + kForeignChar + "f4'", "byte order", "byte-swap"});
-  expect_error(to("<f16"), Errc::not_implemented, {"'<f16'", "long double"});
-  expect_error(to("<c32"), Errc::not_implemented, {"complex long double"});
-  expect_error(to("<M8[ns]"), Errc::not_implemented, {"'<M8[ns]'", "datetime"});
-  expect_error(to("<m8"), Errc::not_implemented, {"timedelta"});
-  expect_error(to("|O"), Errc::not_implemented, {"Python objects"});
-  expect_error(to("|S5"), Errc::not_implemented, {"'|S5'", "string type"});
-  expect_error(to("<U3"), Errc::not_implemented, {"string type"});
-  expect_error(to("|V8"), Errc::not_implemented, {"raw bytes"});
-  expect_error(to("<V2"), Errc::not_implemented, {"'|V2'", "raw bytes"});
+  EXPECT_THAT(to(kForeignChar + "f4"),
+              ThrowsCaiError(Errc::not_implemented,
+                             AllOf(HasSubstr("to_dlpack: '" + kForeignChar + "f4'"),
+                                   HasSubstr("byte order"), HasSubstr("byte-swap"))));
+  EXPECT_THAT(to("<f16"), ThrowsCaiError(Errc::not_implemented,
+                                         AllOf(HasSubstr("'<f16'"), HasSubstr("long double"))));
+  EXPECT_THAT(to("<c32"), ThrowsCaiError(Errc::not_implemented, HasSubstr("complex long double")));
+  EXPECT_THAT(to("<M8[ns]"), ThrowsCaiError(Errc::not_implemented,
+                                            AllOf(HasSubstr("'<M8[ns]'"), HasSubstr("datetime"))));
+  EXPECT_THAT(to("<m8"), ThrowsCaiError(Errc::not_implemented, HasSubstr("timedelta")));
+  EXPECT_THAT(to("|O"), ThrowsCaiError(Errc::not_implemented, HasSubstr("Python objects")));
+  EXPECT_THAT(to("|S5"), ThrowsCaiError(Errc::not_implemented,
+                                        AllOf(HasSubstr("'|S5'"), HasSubstr("string type"))));
+  EXPECT_THAT(to("<U3"), ThrowsCaiError(Errc::not_implemented, HasSubstr("string type")));
+  EXPECT_THAT(to("|V8"), ThrowsCaiError(Errc::not_implemented, HasSubstr("raw bytes")));
+  EXPECT_THAT(to("<V2"), ThrowsCaiError(Errc::not_implemented,
+                                        AllOf(HasSubstr("'|V2'"), HasSubstr("raw bytes"))));
   std::vector<DescrEntry> d = {leaf("a", "<f4")};
-  expect_error([&] { DType::from_descr(d).to_dlpack(); }, Errc::not_implemented,
-               {"'|V4'", "structured"});
+  EXPECT_THAT(
+      [&] { DType::from_descr(d).to_dlpack(); },
+      ThrowsCaiError(Errc::not_implemented, AllOf(HasSubstr("'|V4'"), HasSubstr("structured"))));
 }
 
 // ---- structured types (expected values from NumPy 2.4, numpy.lib.format.descr_to_dtype) ---
@@ -563,31 +578,49 @@ TEST(dtype_test, descr_edge_cases) {
 
 TEST(dtype_test, descr_rejections) {
   auto from = [](std::vector<DescrEntry> d) { return [d] { DType::from_descr(d); }; };
-  expect_error(from({leaf("a", "<f4"), leaf("a", "<i4")}), Errc::value_error,
-               {"descr: field 'a' occurs more than once"});
-  expect_error(from({node("s", {leaf("x", "<f4"), leaf("x", "<i4")})}), Errc::value_error,
-               {"descr: field 's.x' occurs more than once"});
-  expect_error(from({leaf("a", "<f4"), leaf("", "<i4"), leaf("f1", "<i4")}), Errc::value_error,
-               {"'f1' occurs more than once"});
-  expect_error(from({leaf("a", "<f4", {2, -1})}), Errc::value_error,
-               {"descr: field 'a' has a sub-array dimension -1; expected 0..2147483647"});
-  expect_error(from({leaf("a", "<f4", {std::int64_t{1} << 31})}), Errc::value_error,
-               {"dimension 2147483648"});
-  expect_error(from({leaf("a", "<f8", {2147483647, 2147483647, 2147483647})}), Errc::value_error,
-               {"descr: field 'a' is too large: its element count overflows"});
+  EXPECT_THAT(
+      from({leaf("a", "<f4"), leaf("a", "<i4")}),
+      ThrowsCaiError(Errc::value_error, HasSubstr("descr: field 'a' occurs more than once")));
+  EXPECT_THAT(
+      from({node("s", {leaf("x", "<f4"), leaf("x", "<i4")})}),
+      ThrowsCaiError(Errc::value_error, HasSubstr("descr: field 's.x' occurs more than once")));
+  EXPECT_THAT(from({leaf("a", "<f4"), leaf("", "<i4"), leaf("f1", "<i4")}),
+              ThrowsCaiError(Errc::value_error, HasSubstr("'f1' occurs more than once")));
+  EXPECT_THAT(
+      from({leaf("a", "<f4", {2, -1})}),
+      ThrowsCaiError(
+          Errc::value_error,
+          HasSubstr("descr: field 'a' has a sub-array dimension -1; expected 0..2147483647")));
+  EXPECT_THAT(from({leaf("a", "<f4", {std::int64_t{1} << 31})}),
+              ThrowsCaiError(Errc::value_error, HasSubstr("dimension 2147483648")));
+  EXPECT_THAT(
+      from({leaf("a", "<f8", {2147483647, 2147483647, 2147483647})}),
+      ThrowsCaiError(Errc::value_error,
+                     HasSubstr("descr: field 'a' is too large: its element count overflows")));
   // NumPy keeps each field and the whole type within a C int (it wraps silently; we refuse).
-  expect_error(from({leaf("a", "<f4", {std::int64_t{1} << 29})}), Errc::value_error,
-               {"descr: field 'a' is too large: 2147483648 bytes; expected at most 2147483647"});
-  expect_error(from({leaf("a", "|V2147483647"), leaf("b", "|u1")}), Errc::value_error,
-               {"descr: field 'b' ends at byte 2147483648", "at most 2147483647 bytes"});
-  expect_error(from({leaf("", "|V2147483647"), leaf("", "|V1")}), Errc::value_error,
-               {"descr: field 'f1' ends at byte 2147483648"});
+  EXPECT_THAT(
+      from({leaf("a", "<f4", {std::int64_t{1} << 29})}),
+      ThrowsCaiError(
+          Errc::value_error,
+          HasSubstr(
+              "descr: field 'a' is too large: 2147483648 bytes; expected at most 2147483647")));
+  EXPECT_THAT(
+      from({leaf("a", "|V2147483647"), leaf("b", "|u1")}),
+      ThrowsCaiError(Errc::value_error, AllOf(HasSubstr("descr: field 'b' ends at byte 2147483648"),
+                                              HasSubstr("at most 2147483647 bytes"))));
+  EXPECT_THAT(
+      from({leaf("", "|V2147483647"), leaf("", "|V1")}),
+      ThrowsCaiError(Errc::value_error, HasSubstr("descr: field 'f1' ends at byte 2147483648")));
   EXPECT_EQ(DType::from_descr(std::vector{leaf("a", "|V2147483647")}).itemsize(), 2147483647);
-  expect_error(from({node("s", {leaf("y", "<f3")})}), Errc::value_error,
-               {"descr: field 's.y': typestr: '<f3' has an item size 3"});
-  expect_error(from({leaf("b", "<t8")}), Errc::not_implemented, {"descr: field 'b'", "bit field"});
-  expect_error(from({leaf("c", "")}), Errc::value_error,
-               {"descr: field 'c': typestr: '' is empty"});
+  EXPECT_THAT(from({node("s", {leaf("y", "<f3")})}),
+              ThrowsCaiError(Errc::value_error,
+                             HasSubstr("descr: field 's.y': typestr: '<f3' has an item size 3")));
+  EXPECT_THAT(from({leaf("b", "<t8")}),
+              ThrowsCaiError(Errc::not_implemented,
+                             AllOf(HasSubstr("descr: field 'b'"), HasSubstr("bit field"))));
+  EXPECT_THAT(
+      from({leaf("c", "")}),
+      ThrowsCaiError(Errc::value_error, HasSubstr("descr: field 'c': typestr: '' is empty")));
 }
 
 TEST(dtype_test, descr_depth_limit) {
@@ -599,8 +632,10 @@ TEST(dtype_test, descr_depth_limit) {
   // 32 levels of lists (31 nested below the top) are fine; 33 are not.
   DType ok = DType::from_descr(nest(31));
   EXPECT_EQ(ok.itemsize(), 4);
-  expect_error([&] { DType::from_descr(nest(32)); }, Errc::value_error,
-               {"descr: structured types nest deeper than 32 levels", "'n.n.n"});
+  EXPECT_THAT([&] { DType::from_descr(nest(32)); },
+              ThrowsCaiError(Errc::value_error,
+                             AllOf(HasSubstr("descr: structured types nest deeper than 32 levels"),
+                                   HasSubstr("'n.n.n"))));
 }
 
 // ---- value semantics ------------------------------------------------------------------------

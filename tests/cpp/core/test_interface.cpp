@@ -10,7 +10,7 @@
 
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
-#include "expect_error.h"
+#include "cai_matchers.h"
 
 // Counts heap allocations so that the hot path can be checked to allocate nothing.
 namespace {
@@ -34,7 +34,9 @@ namespace {
 
 constexpr std::int64_t max64 = std::numeric_limits<std::int64_t>::max();
 
-using test::expect_error;
+using test::ThrowsCaiError;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 // A 2-D float32 v3 descriptor as CuPy would export it (no strides, no stream).
 InterfaceFields simple(std::int64_t version = 3) {
@@ -91,31 +93,37 @@ TEST(interface_test, missing_keys) {
     InterfaceFields f = simple();
     bool* flags[] = {&f.has_shape, &f.has_typestr, &f.has_data, &f.has_version};
     *flags[k] = false;
-    expect_error([&] { validate_interface(f); }, Errc::value_error,
-                 {std::string("__cuda_array_interface__: missing required key '") + keys[k] + "'"});
+    EXPECT_THAT(
+        [&] { validate_interface(f); },
+        ThrowsCaiError(Errc::value_error,
+                       HasSubstr(std::string("__cuda_array_interface__: missing required key '") +
+                                 keys[k] + "'")));
   }
 }
 
 TEST(interface_test, version) {
-  expect_error([] { validate_interface(simple(-1)); }, Errc::value_error,
-               {"version: -1 is not a valid version"});
+  EXPECT_THAT([] { validate_interface(simple(-1)); },
+              ThrowsCaiError(Errc::value_error, HasSubstr("version: -1 is not a valid version")));
   for (int v = 0; v <= 3; ++v) EXPECT_EQ(validate_interface(simple(v)).version, v);
   // Newer versions are read with the v3 rules.
   EXPECT_EQ(validate_interface(simple(4)).version, 3);
   EXPECT_EQ(validate_interface(simple(max64)).version, 3);
   InterfaceFields f = simple(9);
   f.shape = {0};
-  expect_error([&] { validate_interface(f); }, Errc::value_error, {"CAI v2+", "version 9"});
+  EXPECT_THAT(
+      [&] { validate_interface(f); },
+      ThrowsCaiError(Errc::value_error, AllOf(HasSubstr("CAI v2+"), HasSubstr("version 9"))));
 }
 
 TEST(interface_test, shape) {
   InterfaceFields f = simple();
   f.shape = {2, -3};
-  expect_error([&] { validate_interface(f); }, Errc::value_error,
-               {"shape: (2, -3) has a negative size at axis 1"});
+  EXPECT_THAT(
+      [&] { validate_interface(f); },
+      ThrowsCaiError(Errc::value_error, HasSubstr("shape: (2, -3) has a negative size at axis 1")));
   f.shape = Dims(65, 1);
-  expect_error([&] { validate_interface(f); }, Errc::value_error,
-               {"shape: 65 dimensions; at most 64"});
+  EXPECT_THAT([&] { validate_interface(f); },
+              ThrowsCaiError(Errc::value_error, HasSubstr("shape: 65 dimensions; at most 64")));
   f.shape = Dims(64, 1);
   EXPECT_EQ(validate_interface(f).layout.ndim(), 64);
   f.shape = {};
@@ -123,8 +131,10 @@ TEST(interface_test, shape) {
   EXPECT_EQ(scalar.layout.ndim(), 0);
   EXPECT_EQ(scalar.layout.size(), 1);
   f.shape = {max64 / 2, 3};
-  expect_error([&] { validate_interface(f); }, Errc::overflow,
-               {"shape: (", "typestr '<f4'", "overflows int64"});
+  EXPECT_THAT(
+      [&] { validate_interface(f); },
+      ThrowsCaiError(Errc::overflow, AllOf(HasSubstr("shape: ("), HasSubstr("typestr '<f4'"),
+                                           HasSubstr("overflows int64"))));
 }
 
 TEST(interface_test, typestr) {
@@ -165,12 +175,16 @@ TEST(interface_test, strides) {
 
   f.strides_state = Presence::given;
   f.strides = {4};
-  expect_error([&] { validate_interface(f); }, Errc::value_error,
-               {"strides: (4,) has 1 values but shape (2, 3) has 2 dimensions"});
+  EXPECT_THAT(
+      [&] { validate_interface(f); },
+      ThrowsCaiError(Errc::value_error,
+                     HasSubstr("strides: (4,) has 1 values but shape (2, 3) has 2 dimensions")));
   f.strides = {max64 / 2, 4};
   f.shape = {3, 3};
-  expect_error([&] { validate_interface(f); }, Errc::overflow,
-               {"strides: (", "with shape (3, 3) and item size 4", "int64"});
+  EXPECT_THAT([&] { validate_interface(f); },
+              ThrowsCaiError(Errc::overflow, AllOf(HasSubstr("strides: ("),
+                                                   HasSubstr("with shape (3, 3) and item size 4"),
+                                                   HasSubstr("int64"))));
 }
 
 TEST(interface_test, zero_size) {
@@ -184,9 +198,12 @@ TEST(interface_test, zero_size) {
     InterfaceFields f = simple(v);
     f.shape = {0, 3};
     f.ptr = 0xdead;
-    expect_error(
-        [&] { validate_interface(f); }, Errc::value_error,
-        {"data: pointer 0xdead for a zero-size array of shape (0, 3); CAI v2+ requires 0"});
+    EXPECT_THAT(
+        [&] { validate_interface(f); },
+        ThrowsCaiError(
+            Errc::value_error,
+            HasSubstr(
+                "data: pointer 0xdead for a zero-size array of shape (0, 3); CAI v2+ requires 0")));
     f.ptr = 0;
     EXPECT_EQ(validate_interface(f).layout.size(), 0);
   }
@@ -195,10 +212,13 @@ TEST(interface_test, zero_size) {
 TEST(interface_test, null_pointer) {
   InterfaceFields f = simple();
   f.ptr = 0;
-  expect_error([&] { validate_interface(f); }, Errc::value_error,
-               {"data: pointer 0 for an array of shape (2, 3) with 6 elements"});
+  EXPECT_THAT(
+      [&] { validate_interface(f); },
+      ThrowsCaiError(Errc::value_error,
+                     HasSubstr("data: pointer 0 for an array of shape (2, 3) with 6 elements")));
   f.shape = {};
-  expect_error([&] { validate_interface(f); }, Errc::value_error, {"shape ()"});
+  EXPECT_THAT([&] { validate_interface(f); },
+              ThrowsCaiError(Errc::value_error, HasSubstr("shape ()")));
 }
 
 TEST(interface_test, readonly) {
@@ -211,12 +231,17 @@ TEST(interface_test, stream) {
   InterfaceFields f = simple();
   f.stream_state = Presence::given;
   f.stream = 0;
-  expect_error([&] { validate_interface(f); }, Errc::value_error,
-               {"stream: 0 is not allowed: the CUDA Array Interface forbids stream 0, which is "
-                "ambiguous between no stream, the legacy default stream and the per-thread default "
-                "stream; use 1, 2, a stream handle or None"});
+  EXPECT_THAT(
+      [&] { validate_interface(f); },
+      ThrowsCaiError(
+          Errc::value_error,
+          HasSubstr(
+              "stream: 0 is not allowed: the CUDA Array Interface forbids stream 0, which is "
+              "ambiguous between no stream, the legacy default stream and the per-thread default "
+              "stream; use 1, 2, a stream handle or None")));
   f.stream = -1;
-  expect_error([&] { validate_interface(f); }, Errc::value_error, {"stream: -1 is not a stream"});
+  EXPECT_THAT([&] { validate_interface(f); },
+              ThrowsCaiError(Errc::value_error, HasSubstr("stream: -1 is not a stream")));
   f.stream = 1;
   EXPECT_EQ(validate_interface(f).stream, 1u);
   f.stream = 0x7f00deadbeef;
@@ -243,8 +268,9 @@ TEST(interface_test, mask) {
   EXPECT_EQ(validate_interface(f).mask, nullptr);
   f.mask_state = Presence::given;
   f.mask = &mask;
-  expect_error([&] { validate_interface(f); }, Errc::value_error,
-               {"mask: an object was given but CAI v0 has no mask"});
+  EXPECT_THAT([&] { validate_interface(f); },
+              ThrowsCaiError(Errc::value_error,
+                             HasSubstr("mask: an object was given but CAI v0 has no mask")));
 
   for (int v = 1; v <= 3; ++v) {
     f.version = v;
@@ -262,18 +288,21 @@ TEST(interface_test, mask) {
   mf.typestr = "<f4";
   const Interface float_mask = validate_interface(mf);
   f.mask = &float_mask;
-  expect_error([&] { validate_interface(f); }, Errc::value_error,
-               {"mask: typestr '<f4' is not bool or integer"});
+  EXPECT_THAT(
+      [&] { validate_interface(f); },
+      ThrowsCaiError(Errc::value_error, HasSubstr("mask: typestr '<f4' is not bool or integer")));
 
   mf.typestr = "|b1";
   mf.shape = {3, 2};
   const Interface wrong_shape = validate_interface(mf);
   f.mask = &wrong_shape;
-  expect_error([&] { validate_interface(f); }, Errc::value_error,
-               {"mask: shape (3, 2) differs from the data shape (2, 3)"});
+  EXPECT_THAT([&] { validate_interface(f); },
+              ThrowsCaiError(Errc::value_error,
+                             HasSubstr("mask: shape (3, 2) differs from the data shape (2, 3)")));
 
   f.mask = nullptr;
-  expect_error([&] { validate_interface(f); }, Errc::value_error, {"mask:"});
+  EXPECT_THAT([&] { validate_interface(f); },
+              ThrowsCaiError(Errc::value_error, HasSubstr("mask:")));
 }
 
 TEST(interface_test, descr) {
@@ -285,8 +314,9 @@ TEST(interface_test, descr) {
   EXPECT_EQ(i.dtype, DType::from_typestr("<f4"));
 
   f.descr = {DescrEntry{"", "<i4", {}, {}}};
-  expect_error([&] { validate_interface(f); }, Errc::value_error,
-               {"descr: [('', '<i4')] contradicts typestr '<f4'"});
+  EXPECT_THAT([&] { validate_interface(f); },
+              ThrowsCaiError(Errc::value_error,
+                             HasSubstr("descr: [('', '<i4')] contradicts typestr '<f4'")));
 
   f.typestr = "|V8";
   f.descr = {DescrEntry{"x", "<f4", {}, {}}, DescrEntry{"y", "<i4", {}, {}}};
@@ -298,13 +328,16 @@ TEST(interface_test, descr) {
   EXPECT_EQ(Dims(i.layout.strides()), (Dims{24, 8}));
 
   f.typestr = "|V4";
-  expect_error([&] { validate_interface(f); }, Errc::value_error,
-               {"descr: describes an item of 8 bytes but typestr '|V4' has 4"});
+  EXPECT_THAT(
+      [&] { validate_interface(f); },
+      ThrowsCaiError(Errc::value_error,
+                     HasSubstr("descr: describes an item of 8 bytes but typestr '|V4' has 4")));
 }
 
 TEST(interface_test, key_type_error) {
-  expect_error([] { throw_key_type_error("shape", "list", "a tuple of int"); }, Errc::type_error,
-               {"shape: expected a tuple of int, got list"});
+  EXPECT_THAT(
+      [] { throw_key_type_error("shape", "list", "a tuple of int"); },
+      ThrowsCaiError(Errc::type_error, HasSubstr("shape: expected a tuple of int, got list")));
 }
 
 }  // namespace

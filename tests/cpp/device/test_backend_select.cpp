@@ -15,6 +15,9 @@
 namespace cai::device {
 namespace {
 
+using test::HasSubstr;
+using test::ThrowsCaiError;
+
 TEST(backend_select, sim) {
   auto b = detail::select_backend("sim");
   EXPECT_EQ(b->name(), "simulator");
@@ -22,16 +25,19 @@ TEST(backend_select, sim) {
 }
 
 TEST(backend_select, unknown_value_names_it_and_the_accepted_ones) {
-  EXPECT_CAI_ERROR(detail::select_backend("gpu"), Errc::value_error,
-                   "CAI_BACKEND=gpu: unknown backend; expected \"sim\"");
-  EXPECT_CAI_ERROR(detail::select_backend("SIM"), Errc::value_error, "\"cuda\"");
+  EXPECT_THAT([&] { detail::select_backend("gpu"); },
+              ThrowsCaiError(Errc::value_error,
+                             HasSubstr("CAI_BACKEND=gpu: unknown backend; expected \"sim\"")));
+  EXPECT_THAT([&] { detail::select_backend("SIM"); },
+              ThrowsCaiError(Errc::value_error, HasSubstr("\"cuda\"")));
 }
 
 TEST(backend_select, cuda_fails_clearly_without_a_driver) {
   if (cuda_available()) {
     EXPECT_EQ(detail::select_backend("cuda")->name(), "cuda");
   } else {
-    EXPECT_CAI_ERROR(detail::select_backend("cuda"), Errc::device_error, "CAI_BACKEND=sim");
+    EXPECT_THAT([&] { detail::select_backend("cuda"); },
+                ThrowsCaiError(Errc::device_error, HasSubstr("CAI_BACKEND=sim")));
   }
 }
 
@@ -44,10 +50,12 @@ TEST(backend_select, sim_devices_from_the_environment) {
   ::setenv("CAI_SIM_DEVICES", "3", 1);
   EXPECT_EQ(detail::select_backend("sim")->device_count(), 3);
   ::setenv("CAI_SIM_DEVICES", "zero", 1);
-  EXPECT_CAI_ERROR(detail::select_backend("sim"), Errc::value_error,
-                   "CAI_SIM_DEVICES=zero: expected an integer from 1 to 64");
+  EXPECT_THAT([&] { detail::select_backend("sim"); },
+              ThrowsCaiError(Errc::value_error,
+                             HasSubstr("CAI_SIM_DEVICES=zero: expected an integer from 1 to 64")));
   ::setenv("CAI_SIM_DEVICES", "65", 1);
-  EXPECT_CAI_ERROR(detail::select_backend("sim"), Errc::value_error, "CAI_SIM_DEVICES=65");
+  EXPECT_THAT([&] { detail::select_backend("sim"); },
+              ThrowsCaiError(Errc::value_error, HasSubstr("CAI_SIM_DEVICES=65")));
   ::unsetenv("CAI_SIM_DEVICES");
   EXPECT_EQ(detail::select_backend("sim")->device_count(), 1);
 }
@@ -66,10 +74,13 @@ TEST(backend_select, process_wide_backend_and_sim_controls) {
   EXPECT_EQ(&backend(), b);  // chosen once
   EXPECT_EQ(sim::active(), b->name() == "simulator");
   if (!sim::active()) {
-    EXPECT_CAI_ERROR(sim::delay(kLegacyDefaultStream, 0), Errc::device_error,
-                     "cai::device::sim::delay(): the active backend is \"cuda\", not the "
-                     "simulator");
-    EXPECT_CAI_ERROR(sim::set_race_detection(true), Errc::device_error, "not the simulator");
+    EXPECT_THAT([&] { sim::delay(kLegacyDefaultStream, 0); },
+                ThrowsCaiError(
+                    Errc::device_error,
+                    HasSubstr("cai::device::sim::delay(): the active backend is \"cuda\", not the "
+                              "simulator")));
+    EXPECT_THAT([&] { sim::set_race_detection(true); },
+                ThrowsCaiError(Errc::device_error, HasSubstr("not the simulator")));
     return;
   }
   const std::uint64_t p = b->alloc(MemoryKind::pinned_host, 64);
@@ -80,8 +91,8 @@ TEST(backend_select, process_wide_backend_and_sim_controls) {
   sim::enqueue_task(
       s, acc, [&] { ++ran; }, "writer");
   EXPECT_FALSE(b->stream_query(s));
-  EXPECT_CAI_ERROR(sim::host_access(p, 8, false), Errc::race,
-                   "race: host_access on the host reads");
+  EXPECT_THAT([&] { sim::host_access(p, 8, false); },
+              ThrowsCaiError(Errc::race, HasSubstr("race: host_access on the host reads")));
   b->stream_synchronize(s);
   EXPECT_EQ(ran.load(), 1);
   sim::host_access(p, 8, false);

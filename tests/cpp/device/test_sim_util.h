@@ -42,7 +42,3 @@ inline Operand host_buffer(const void* p, Dims shape, std::int64_t itemsize) {
 }
 
 }  // namespace cai::device::test
-
-/// Expects `stmt` to throw cai::Error with `code` and a message containing `part`.
-#define EXPECT_CAI_ERROR(stmt, code, part) \
-  EXPECT_THAT([&] { stmt; }, ::cai::test::ThrowsCaiError(code, ::testing::HasSubstr(part)))
