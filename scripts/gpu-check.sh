@@ -10,9 +10,9 @@
 # Results: $OUT (default ./gpu-check-out): gpu-summary.md, gpu-results.json (for
 # `bench/gpu_report.py --from-results ... --write-docs`), gpu-bench.md, gpu-bench.json,
 # gpu-check.log (this console) and gpu-logs.tar.gz (every step's full log and JUnit XML).
-# Work files: build/gpu-check/. A failing step does not stop the later ones; the exit status is
-# non-zero when any step failed. The whole run stays within GPU_CHECK_BUDGET seconds (default
-# 510): a step that cannot start in time is reported as not run.
+# Work files: build/gpu-check/ (GPU_CHECK_WORK), build/gpu-*. A failing step does not stop the
+# later ones; the exit status is non-zero when any step failed. The run stays within
+# GPU_CHECK_BUDGET seconds (default 510): a step that cannot start in time is reported as not run.
 #
 # Environment: OUT, PYTHON (default python3), JOBS (default: all cores), GPU_CHECK_BUDGET,
 # GPU_CHECK_STEPS (facts install cpp ctest-cuda ctest-rest example pytest bench sanitizer),
@@ -24,7 +24,7 @@ ROOT=$PWD
 SELF=$ROOT/scripts/gpu-check.sh
 
 export OUT=${OUT:-$ROOT/gpu-check-out}
-export WORK=$ROOT/build/gpu-check
+export WORK=${GPU_CHECK_WORK:-$ROOT/build/gpu-check}
 export PYTHON=${PYTHON:-python3}
 export JOBS=${JOBS:-$(nproc)}
 export GTEST_DIR=${GTEST_DIR:-$ROOT/.gtest}
