@@ -34,6 +34,14 @@ from gpu_helpers import (
 pytestmark = pytest.mark.usefixtures("warm")
 
 
+def every_case(test):
+    """Parametrizes `test` over every peer, protocol, layout and dtype."""
+    for name, cases in (("dtype", DTYPES), ("layout", LAYOUTS), ("protocol", ["cai", "dlpack"]),
+                        ("peer_name", PEERS)):
+        test = pytest.mark.parametrize(name, cases)(test)
+    return test
+
+
 def check_metadata(shape, strides, ptr, host_view, host_base, base_ptr):
     assert tuple(shape) == host_view.shape
     assert significant_strides(shape, strides) == significant_strides(host_view.shape,
@@ -43,10 +51,7 @@ def check_metadata(shape, strides, ptr, host_view, host_base, base_ptr):
         assert ptr == expected_ptr, "not the same memory: the exchange copied"
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("protocol", ["cai", "dlpack"])
-@pytest.mark.parametrize("peer_name", PEERS)
+@every_case
 def test_peer_array_into_cai(peer_name, protocol, layout, dtype):
     p = peer(peer_name)
     if protocol not in p.exports:
@@ -79,10 +84,7 @@ def test_peer_array_into_cai(peer_name, protocol, layout, dtype):
     np.testing.assert_array_equal(p.to_host(base), expected_base)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("protocol", ["cai", "dlpack"])
-@pytest.mark.parametrize("peer_name", PEERS)
+@every_case
 def test_cai_array_into_peer(peer_name, protocol, layout, dtype):
     p = peer(peer_name)
     if protocol not in p.imports:

@@ -22,8 +22,18 @@ pytestmark = pytest.mark.usefixtures("warm")
 IMPORTS = {"cai": cai.as_cuda_array, "dlpack": cai.from_dlpack}
 
 
-def driver_free_bytes():
-    return peer("cupy").cp.cuda.runtime.memGetInfo()[0]
+def assert_released_when(drop, nbytes):
+    """`drop()` gives `nbytes` of device memory back to the driver (its free-memory count rises
+    by that much, to within the allocation granularity)."""
+    get_info = peer("cupy").cp.cuda.runtime.memGetInfo
+    gc.collect()
+    cai.synchronize()
+    free = get_info()[0]
+    drop()
+    gc.collect()
+    cai.synchronize()
+    released = get_info()[0] - free
+    assert released >= nbytes - (2 << 20), f"only {released} of {nbytes} bytes came back"
 
 
 @pytest.mark.parametrize("protocol", IMPORTS)
@@ -93,26 +103,16 @@ def test_cai_producer_dropped_while_a_foreign_view_lives(consumer):
     cai.synchronize()
     np.testing.assert_array_equal(to_numpy(y), np.arange(BIG, dtype=np.float32)[::2])
     del tempt
-    gc.collect()
-    free = driver_free_bytes()
+    views = [y]
     del y
-    gc.collect()
-    cai.synchronize()
-    released = driver_free_bytes() - free
-    assert released >= 4 * BIG - (2 << 20), f"only {released} bytes came back"
+    assert_released_when(views.clear, 4 * BIG)
 
 
 def test_unconsumed_capsule_frees_the_array():
     a = cai.to_device(np.arange(BIG, dtype=np.float32))
-    capsule = a.__dlpack__(stream=None)
+    capsules = [a.__dlpack__(stream=None)]
     del a
-    gc.collect()
-    free = driver_free_bytes()
-    del capsule
-    gc.collect()
-    cai.synchronize()
-    released = driver_free_bytes() - free
-    assert released >= 4 * BIG - (2 << 20), f"only {released} bytes came back"
+    assert_released_when(capsules.clear, 4 * BIG)
 
 
 def test_foreign_capsule_is_released_once_by_cai():
