@@ -71,3 +71,14 @@ def spinner(warm):
     import gpu_helpers
 
     return gpu_helpers.Spinner()
+
+
+@pytest.fixture
+def no_gc():
+    """Collects now, then keeps the collector off for the test: a collection inside a scenario
+    could free cai memory, and cuMemFree waits for the device (a spinning producer included),
+    which would look like a blocking import."""
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()

@@ -68,6 +68,7 @@ def test_kernel_on_mixed_inputs(ext):
     np.testing.assert_array_equal(out.copy_to_host(), 3 * np.arange(50, dtype=np.float32))
 
 
+@pytest.mark.usefixtures("no_gc")
 @pytest.mark.parametrize("sync", [True, False], ids=["waits", "negative_control"])
 def test_kernel_waits_for_a_busy_producer(ext, spinner, sync):
     cp = peer("cupy").cp

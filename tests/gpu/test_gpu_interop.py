@@ -14,11 +14,11 @@ import pytest
 
 import cai
 from gpu_helpers import (
+    CUDA_CORE,
     DTYPES,
     LAYOUTS,
     PEERS,
     OnlyCAI,
-    OnlyDLPack,
     exported,
     is_numba_error,
     optional_import,
@@ -27,6 +27,7 @@ from gpu_helpers import (
     ptr_of_view,
     reference,
     significant_strides,
+    strided_memory_view,
     strided_memory_view_class,
     values,
 )
@@ -57,7 +58,7 @@ def test_peer_array_into_cai(peer_name, protocol, layout, dtype):
     if protocol not in p.exports:
         pytest.skip(f"{peer_name} does not export {protocol}")
     host_base, view, expect = reference(layout, dtype)
-    base = p.from_host(host_base)
+    base = p.make(host_base)
     x = p.view(base, layout)
     try:  # the producer's own export: a failure here is the producer's limitation
         x.__cuda_array_interface__ if protocol == "cai" else x.__dlpack__(stream=None)
@@ -148,12 +149,12 @@ def test_cai_array_into_cuda_core(protocol, layout, dtype):
     base = cai.to_device(host_base)
     a = view(base)
     stream = cai.stream(non_blocking=True)
-    if protocol == "cai":
-        make = getattr(smv, "from_cuda_array_interface", None)
-        v = make(a, stream.handle) if make else smv(OnlyCAI(a), stream.handle)
-    else:
-        make = getattr(smv, "from_dlpack", None)
-        v = make(a, stream.handle) if make else smv(OnlyDLPack(a), stream.handle)
+
+    def view_of(obj):
+        return strided_memory_view(smv, obj, protocol, stream.handle)
+
+    with peer_limitation(CUDA_CORE, protocol, layout, dtype, lambda obj: view_of(obj.obj)):
+        v = view_of(a)
     host_view = view(host_base)
     assert tuple(v.shape) == host_view.shape
     assert np.dtype(v.dtype) == np.dtype(dtype)
@@ -178,7 +179,12 @@ def test_cuda_core_buffer_into_cai():
     core = optional_import("cuda.core")
     device = core.Device(0)
     device.set_current()
-    buffer = device.allocate(4096)
+    stream = device.default_stream
+    try:
+        buffer = device.allocate(4096, stream=stream)
+    except TypeError:  # releases whose allocate() takes no stream
+        buffer = device.allocate(4096)
+    stream.sync()  # the Buffer's __dlpack__ ignores the consumer's stream: the caller orders
     a = cai.from_dlpack(buffer)
     assert a.ptr == int(buffer.handle)
     assert a.nbytes == 4096

@@ -10,7 +10,6 @@ and each has a NEGATIVE CONTROL: the same consumer with the wait switched off re
 zeros, which shows that the scenario detects a missing wait.
 """
 
-import gc
 import time
 
 import numpy as np
@@ -18,7 +17,9 @@ import pytest
 
 import cai
 from gpu_helpers import HOST_RETURN_LIMIT, SPIN_SECONDS, OnlyCAI, OnlyDLPack, peer, \
-    strided_memory_view_class
+    strided_memory_view, strided_memory_view_class
+
+pytestmark = pytest.mark.usefixtures("warm", "no_gc")
 
 N = 1 << 20
 VALUE = 7.0
@@ -26,18 +27,14 @@ LATER = 9.0
 
 
 class HostClock:
-    """Host time of a block, with the garbage collector off: a collection could free device
-    memory, and freeing waits for the streams that use it."""
+    """Host time of a block (the no_gc fixture keeps collections out of it)."""
 
     def __enter__(self):
-        gc.collect()
-        gc.disable()
         self.start = time.perf_counter()
         return self
 
     def __exit__(self, *exc):
         self.seconds = time.perf_counter() - self.start
-        gc.enable()
         return False
 
 
@@ -254,12 +251,7 @@ def test_cuda_core_view_of_a_busy_cai_array(spinner, consumer_out, protocol, wai
     a, ps = busy_cai_producer(spinner)
     stream_ptr = cs.handle if wait else -1
     with HostClock() as clock:
-        if protocol == "cai":
-            make = getattr(smv, "from_cuda_array_interface", None)
-            v = make(a, stream_ptr) if make else smv(OnlyCAI(a), stream_ptr)
-        else:
-            make = getattr(smv, "from_dlpack", None)
-            v = make(a, stream_ptr) if make else smv(OnlyDLPack(a), stream_ptr)
+        v = strided_memory_view(smv, a, protocol, stream_ptr)
     producer_busy = not ps.query()
     plain = cai.from_cuda_array_interface(
         {"shape": (N,), "typestr": "<f4", "data": (v.ptr, False), "version": 3}, owner=v)
