@@ -164,7 +164,8 @@ def call_rows(libs, why, clock):
     with_stream.__cuda_array_interface__, with_stream.keep = desc, a
     no_stream.__cuda_array_interface__, no_stream.keep = dict(desc, stream=None), a
     ns = {"cai": cai, "a": a, "b": cai.device_array_like(a), "o": cai.device_array_like(a),
-          "P": with_stream, "P0": no_stream, "cs": consumer_stream.handle, "MV": (1, 3)}
+          "P": with_stream, "P0": no_stream, "cs": consumer_stream.handle, "MV": (1, 3),
+          "streams": (producer_stream, consumer_stream)}  # alive as long as their handles
     cp, torch, nb, smv = (libs.get(k) for k in ("cupy", "torch", "numba", "cuda.core"))
     if cp is not None:
         s = cp.cuda.Stream(non_blocking=True)
@@ -197,10 +198,10 @@ def call_rows(libs, why, clock):
             "cai": "a.__dlpack__(stream=cs, max_version=MV)",
             "cupy": "c.__dlpack__(stream=cs, max_version=MV)",
             "torch": "t.__dlpack__(stream=cs, max_version=MV)"}),
-        ("dlpack_import_cupy", "DLPack import of a CuPy array", {
+        ("dlpack_import_cupy", "DLPack import of a CuPy array", "cupy", {
             "cai": "cai.from_dlpack(c)", "cupy": "cp.from_dlpack(c)",
             "torch": "torch.from_dlpack(c)", "cuda.core": "SMV_dl(c, cs)"}),
-        ("dlpack_import_torch", "DLPack import of a PyTorch tensor", {
+        ("dlpack_import_torch", "DLPack import of a PyTorch tensor", "torch", {
             "cai": "cai.from_dlpack(t)", "cupy": "cp.from_dlpack(t)",
             "torch": "torch.from_dlpack(t)", "cuda.core": "SMV_dl(t, cs)"}),
         ("dlpack_import_cai", "DLPack import of a cai array", {
@@ -220,11 +221,13 @@ def call_rows(libs, why, clock):
             "cupy": "cp.cuda.runtime.pointerGetAttributes(c.data.ptr)"}),
     ]
     rows = []
-    for key, label, stmts in spec:
+    for key, label, *needs, stmts in spec:  # needs: the library that makes the producer
         cells = {}
         for lib in LIBRARIES:
             if lib in why:
                 cells[lib] = why[lib]
+            elif needs and needs[0] in why:
+                cells[lib] = f"n/a: needs {TITLES[needs[0]]}"
             elif lib not in stmts:
                 cells[lib] = "n/a"
             else:
@@ -259,7 +262,7 @@ def measure_calls(rows, rounds, min_time):
 def _cell(value, note):
     if value is not None:
         return f"{value:,.0f}"
-    if not note or note == "n/a":
+    if not note or note.startswith("n/a"):
         return ""
     return note.split(":")[0]  # "not usable" / "fails": the detail is in the JSON and below
 
@@ -284,7 +287,7 @@ def markdown(results):
             lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
             details += [f"- {row['label']}, {TITLES[lib]}: {note}"
                         for lib, note in row["notes"].items()
-                        if note != "n/a" and not note.startswith("not usable")]
+                        if not note.startswith(("n/a", "not usable"))]
         missing = {}
         for row in results["calls"]:
             for lib, note in row["notes"].items():

@@ -114,7 +114,7 @@ make_nolto_wrappers() {
 step_install() {
   local flags=(--no-build-isolation --no-deps --disable-pip-version-check -v)
   echo "--- pip install . (as shipped)"
-  if "$PYTHON" -m pip install "${flags[@]}" -C build-dir=build/gpu-python . 2>&1 |
+  if "$PYTHON" -m pip install "${flags[@]}" --config-settings=build-dir=build/gpu-python . 2>&1 |
     tee "$WORK/pip-as-shipped.log"; then
     note "as shipped"
   elif grep -qiE "lto-wrapper|lto1|lto plugin|-flto" "$WORK/pip-as-shipped.log"; then
@@ -124,8 +124,8 @@ step_install() {
     dir=$(make_nolto_wrappers)
     echo "--- pip install . (no LTO: CC=$dir/gcc CXX=$dir/g++)"
     CC=$dir/gcc CXX=$dir/g++ "$PYTHON" -m pip install "${flags[@]}" \
-      -C build-dir=build/gpu-python-nolto \
-      -C cmake.define.CMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF . || return 1
+      --config-settings=build-dir=build/gpu-python-nolto \
+      --config-settings=cmake.define.CMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF . || return 1
     SHIPPED_FAILED=1
   else
     note "pip install failed (not an LTO error; see the log)"
