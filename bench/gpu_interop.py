@@ -300,7 +300,8 @@ def markdown(results):
                       None)
         lines += ["", f"Bandwidth of {bw['size']}x{bw['size']} float32, GB/s counting bytes read "
                       f"and written, median of {bw['reps']} samples of {bw['batch']} calls:", "",
-                  "| operation | cai | CuPy | PyTorch | hardware reference | issue 15 target | met |",
+                  "| operation | cai | CuPy | PyTorch | hardware reference | issue 15 target "
+                  "| met |",
                   "|---|--:|--:|--:|--:|---|:-:|"]
         for row in bw["rows"]:
             g = row["gbps"]
@@ -312,7 +313,8 @@ def markdown(results):
             ref = f"{g['reference']:,.0f} ({row['reference']})" if "reference" in g else ""
             text, ok = gpu_bandwidth.targets(row, memcpy)
             met = "yes" if ok else "NO" if ok is False else "-"
-            lines.append(f"| {row['label']} | " + " | ".join(cells) + f" | {ref} | {text} | {met} |")
+            lines.append(f"| {row['label']} | " + " | ".join(cells)
+                         + f" | {ref} | {text} | {met} |")
             details += [f"- {row['label']}, {TITLES.get(impl, impl)}: {err}"
                         for impl, err in row["errors"].items()]
     if details:

@@ -102,7 +102,8 @@ def summary_lines(results):
         sys.path.insert(0, HERE)
         import gpu_interop
 
-        lines += ["", "Benchmarks (bench/gpu_interop.py):", "", *gpu_interop.markdown(results["bench"])]
+        lines += ["", "Benchmarks (bench/gpu_interop.py):", "",
+                  *gpu_interop.markdown(results["bench"])]
     return lines
 
 

@@ -48,7 +48,9 @@ note() {  # one line of the step's note (tabs and newlines would break steps.tsv
   printf '%s\n' "${t//$'\n'/ }" | cut -c1-200 >>"$WORK/notes/$STEP"
 }
 skip() { note "$*"; exit 77; }
-cai_backend() { (cd /tmp && CAI_BACKEND=cuda "$PYTHON" -c "import cai; print(cai.backend())" 2>&1 | tail -n 1); }
+cai_backend() {  # 'cuda', or the error that says why not
+  (cd /tmp && CAI_BACKEND=cuda "$PYTHON" -c "import cai; print(cai.backend())" 2>&1 | tail -n 1)
+}
 need_cuda_backend() {
   local b
   b=$(cai_backend)
@@ -103,9 +105,9 @@ make_nolto_wrappers() {
   mkdir -p "$dir"
   for name in c++ g++ gcc cc; do
     real=$(command -v "$name") || continue
-    printf '%s\n' '#!/usr/bin/env bash' \
-      'args=(); for a in "$@"; do case "$a" in -flto|-flto=*|-fno-fat-lto-objects|-fuse-linker-plugin) ;; *) args+=("$a");; esac; done' \
-      "exec $real \"\${args[@]}\"" >"$dir/$name"
+    printf '%s\n' '#!/usr/bin/env bash' 'args=()' 'for a in "$@"; do' \
+      '  case "$a" in -flto | -flto=* | -fno-fat-lto-objects | -fuse-linker-plugin) ;;' \
+      '    *) args+=("$a") ;; esac' 'done' "exec $real \"\${args[@]}\"" >"$dir/$name"
     chmod +x "$dir/$name"
   done
   echo "$dir"
@@ -166,8 +168,9 @@ step_cpp() {
 run_ctest() {  # junit-file ctest-arguments...
   local junit=$1
   shift
-  [ -f "$CPP_BUILD/CTestTestfile.cmake" ] && grep -q "CAI_BUILD_TESTS:BOOL=ON" "$CPP_BUILD/CMakeCache.txt" \
-    || skip "not run: the C++ suites were not built (see cpp)"
+  grep -q "CAI_BUILD_TESTS:BOOL=ON" "$CPP_BUILD/CMakeCache.txt" 2>/dev/null &&
+    [ -f "$CPP_BUILD/CTestTestfile.cmake" ] ||
+    skip "not run: the C++ suites were not built (see cpp)"
   ctest --test-dir "$CPP_BUILD" -j "$JOBS" --output-on-failure --timeout 120 \
     --output-junit "$WORK/$junit" "$@"
 }
@@ -198,8 +201,11 @@ step_example() {
   need_cuda_backend
   (cd /tmp && CAI_BACKEND=cuda PYTHONPATH="$EXT_BUILD" "$PYTHON" -c "
 import numpy as np, cai, _add_ext
-a = cai.to_device(np.arange(8, dtype=np.float32)); out = cai.device_array(8, dtype=np.float32)
-_add_ext.add(a, a, out); assert (out.copy_to_host() == 2 * np.arange(8)).all(); print('_add_ext.add ok')")
+a = cai.to_device(np.arange(8, dtype=np.float32))
+out = cai.device_array(8, dtype=np.float32)
+_add_ext.add(a, a, out)
+assert (out.copy_to_host() == 2 * np.arange(8)).all()
+print('_add_ext.add ok')")
 }
 
 step_pytest() {
@@ -232,9 +238,11 @@ step_sanitizer() {
   local args=(--tool memcheck --report-api-errors no --error-exitcode 86 --print-limit 50)
   local rc=0
   echo "--- memcheck: python -m cai demo"
-  (cd /tmp && CAI_BACKEND=cuda "$san" "${args[@]}" "$PYTHON" -m cai demo) || { rc=1; note "demo: memcheck failed"; }
+  (cd /tmp && CAI_BACKEND=cuda "$san" "${args[@]}" "$PYTHON" -m cai demo) ||
+    { rc=1; note "demo: memcheck failed"; }
   echo "--- memcheck: tests/gpu/sanitize_ops.py"
-  CAI_BACKEND=cuda "$san" "${args[@]}" "$PYTHON" tests/gpu/sanitize_ops.py || { rc=1; note "operations: memcheck failed"; }
+  CAI_BACKEND=cuda "$san" "${args[@]}" "$PYTHON" tests/gpu/sanitize_ops.py ||
+    { rc=1; note "operations: memcheck failed"; }
   return $rc
 }
 
@@ -302,14 +310,17 @@ main() {
   if ! "$PYTHON" bench/gpu_report.py --steps "$WORK/steps.tsv" --facts "$WORK/facts.txt" \
     --bench "$WORK/gpu-bench.json" --commit "$COMMIT" --summary "$OUT/gpu-summary.md" \
     --json "$OUT/gpu-results.json"; then
-    { echo "# GPU check (bench/gpu_report.py failed; the raw steps)"; echo; cat "$WORK/steps.tsv"; } \
-      >"$OUT/gpu-summary.md"
+    {
+      echo "# GPU check (bench/gpu_report.py failed; the raw steps)"
+      echo
+      cat "$WORK/steps.tsv"
+    } >"$OUT/gpu-summary.md"
     cat "$OUT/gpu-summary.md"
   fi
   local f failed
   for f in gpu-bench.json gpu-bench.md; do [ -f "$WORK/$f" ] && cp "$WORK/$f" "$OUT/"; done
-  (cd "$WORK" && find . -maxdepth 2 \( -name '*.xml' -o -name '*.log' -o -name '*.txt' -o -name '*.tsv' \
-    -o -path './notes/*' \) -print0 | tar -czf "$OUT/gpu-logs.tar.gz" --null -T -)
+  (cd "$WORK" && find . -maxdepth 2 \( -name '*.xml' -o -name '*.log' -o -name '*.txt' \
+    -o -name '*.tsv' -o -path './notes/*' \) -print0 | tar -czf "$OUT/gpu-logs.tar.gz" --null -T -)
   failed=$(awk -F'\t' '$2 == "fail" {print $1}' "$WORK/steps.tsv" | paste -sd' ')
   if [ -n "$failed" ]; then
     echo "gpu-check: FAILED: $failed; results in $OUT"

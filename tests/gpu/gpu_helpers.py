@@ -275,7 +275,6 @@ class JaxPeer(Peer):
         except Exception as e:  # noqa: BLE001
             pytest.skip(f"jax sees no GPU: {e}")
         self.jnp = importlib.import_module("jax.numpy")
-        self.dlpack = importlib.import_module("jax.dlpack")
 
     def from_host(self, host):
         # Ready before it is exported: JAX's CAI export (v2) names no stream to wait on.
@@ -297,7 +296,12 @@ class JaxPeer(Peer):
     def consume(self, obj, protocol):
         if protocol == "cai":
             return self.jnp.asarray(obj)
-        return self.dlpack.from_dlpack(obj)
+        return self.from_dlpack(obj)
+
+    def from_dlpack(self, obj):
+        """jax.numpy.from_dlpack (the array API name), else the older jax.dlpack.from_dlpack."""
+        f = getattr(self.jnp, "from_dlpack", None)
+        return f(obj) if f else importlib.import_module("jax.dlpack").from_dlpack(obj)
 
 
 def strided_memory_view_class():

@@ -163,7 +163,8 @@ def test_cai_array_into_cuda_core(protocol, layout, dtype):
         assert v.ptr == a.ptr
         strides = v.strides
         if strides is None:  # C-contiguous
-            strides = tuple(s // host_view.itemsize for s in np.empty(host_view.shape, dtype).strides)
+            c_strides = np.empty(host_view.shape, dtype).strides
+            strides = tuple(s // host_view.itemsize for s in c_strides)
         assert significant_strides(v.shape, [s * host_view.itemsize for s in strides]) == \
             significant_strides(host_view.shape, host_view.strides)
         stream.synchronize()
@@ -220,7 +221,7 @@ def test_bfloat16_jax_cai_jax():
     x = jp.jnp.arange(6, dtype=jp.jnp.bfloat16) * 0.5
     a = cai.from_dlpack(x)
     assert a.ptr == x.unsafe_buffer_pointer() and a.itemsize == 2
-    y = jp.dlpack.from_dlpack(a)
+    y = jp.from_dlpack(a)
     assert y.dtype == jp.jnp.bfloat16
     assert y.unsafe_buffer_pointer() == a.ptr
     np.testing.assert_array_equal(np.asarray(y, dtype=np.float32), np.arange(6) * 0.5)
@@ -231,6 +232,6 @@ def test_bfloat16_torch_to_jax_through_cai():
     jp = peer("jax")
     t = torch.linspace(-1, 1, 8, dtype=torch.bfloat16, device="cuda")
     a = cai.from_dlpack(t)
-    y = jp.dlpack.from_dlpack(a)
+    y = jp.from_dlpack(a)
     assert y.dtype == jp.jnp.bfloat16 and y.unsafe_buffer_pointer() == t.data_ptr()
     np.testing.assert_array_equal(np.asarray(y, dtype=np.float32), t.float().cpu().numpy())
