@@ -127,6 +127,10 @@ int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char*
 
 void capi_retain_array(CaiArray* a) noexcept {
   if (!a || py_finalizing()) return;
+  if (PyGILState_Check()) {  // the usual case, and much cheaper than taking the GIL
+    Py_INCREF(object_of(a));
+    return;
+  }
   PyGILState_STATE st = PyGILState_Ensure();
   Py_INCREF(object_of(a));
   PyGILState_Release(st);
@@ -135,6 +139,10 @@ void capi_retain_array(CaiArray* a) noexcept {
 void capi_release_array(CaiArray* a) noexcept {
   // After finalization no Python call is legal: the reference is leaked, like the owners.
   if (!a || !nb::is_alive() || py_finalizing()) return;
+  if (PyGILState_Check()) {
+    Py_DECREF(object_of(a));
+    return;
+  }
   PyGILState_STATE st = PyGILState_Ensure();
   Py_DECREF(object_of(a));
   PyGILState_Release(st);

@@ -1,4 +1,4 @@
-"""cai.Array: the tile-style global array (docs/python.md) over any DLPack or CAI object."""
+"""cai.Array: the tile-style global array (docs/dlpack.md) over any DLPack or CAI object."""
 
 from . import _cai
 

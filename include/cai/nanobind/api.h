@@ -12,7 +12,15 @@
 #include "cai/capi.h"
 #include "cai/core/error.h"
 
-namespace cai::nb::detail {
+// Hidden, like nanobind's own namespace: classes that hold nanobind objects get their
+// members' visibility, and two modules never share these symbols.
+#if defined(__GNUC__)
+#pragma GCC visibility push(hidden)
+#endif
+
+namespace cai {
+namespace nb {
+namespace detail {
 
 // cai::Error thrown by code of this module (ArrayRef::slice, say) becomes the Python
 // exception cai raises for its Errc, through the table (one mapping, in cai._cai).
@@ -55,4 +63,10 @@ inline void check(int rc) {
   if (rc != 0) throw ::nanobind::python_error();
 }
 
-}  // namespace cai::nb::detail
+}  // namespace detail
+}  // namespace nb
+}  // namespace cai
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif

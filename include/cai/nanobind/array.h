@@ -35,6 +35,10 @@
 #include "cai/capi.h"
 #include "cai/nanobind/api.h"
 
+#if defined(__GNUC__)
+#pragma GCC visibility push(hidden)  // as nanobind's namespace (cai/nanobind/api.h)
+#endif
+
 namespace cai {
 
 /// Constraint tags for cai::nb::array.
@@ -335,6 +339,10 @@ array<std::remove_const_t<T>, N, writable> empty(const std::array<std::int64_t, 
 
 }  // namespace nb
 }  // namespace cai
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 namespace nanobind::detail {
 

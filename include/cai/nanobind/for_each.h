@@ -20,7 +20,12 @@
 #include "cai/arrays/host_device.h"
 #include "cai/nanobind/array.h"
 
-namespace cai::nb {
+#if defined(__GNUC__)
+#pragma GCC visibility push(hidden)  // as nanobind's namespace (cai/nanobind/api.h)
+#endif
+
+namespace cai {
+namespace nb {
 
 namespace detail {
 
@@ -167,4 +172,9 @@ void for_each(const stream& s, F f, First& first, Rest&... rest) {
   order.finish();
 }
 
-}  // namespace cai::nb
+}  // namespace nb
+}  // namespace cai
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
