@@ -13,9 +13,10 @@
 # level of a CMakeLists.txt, not from inside a function.
 macro(cai_add_extension name)
   cmake_parse_arguments(_cai_ext "CUDA" "" "SOURCES" ${ARGN})
-  if(_cai_ext_CUDA AND NOT CMAKE_CUDA_COMPILER)
+  get_property(_cai_ext_languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+  if(_cai_ext_CUDA AND NOT CUDA IN_LIST _cai_ext_languages)
     include(CheckLanguage)
-    check_language(CUDA)
+    check_language(CUDA)  # sets the cached CMAKE_CUDA_COMPILER where nvcc works
     if(CMAKE_CUDA_COMPILER)
       if(NOT CMAKE_CUDA_ARCHITECTURES)
         set(CMAKE_CUDA_ARCHITECTURES "75;90")
