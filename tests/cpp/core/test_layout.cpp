@@ -269,12 +269,18 @@ TEST(layout_test, element_strides) {
       Errc::value_error,
       {"strides: axis 1 has a byte stride of 6, which is not a multiple of the item "
        "size 4"});
-  // Strict on size-1 dims too: their stride is still exported.
+  // The typed-view rule: an axis no address depends on (extent <= 1, or an empty array)
+  // keeps a divisible stride and gets the row-major element stride otherwise.
+  EXPECT_EQ(make({1, 3}, {12, 4}, 4).element_strides(), (Dims{3, 1}));
+  EXPECT_EQ(make({1, 3}, {5, 4}, 4).element_strides(), (Dims{3, 1}));
+  EXPECT_EQ(make({0, 3}, {12, 2}, 4).element_strides(), (Dims{3, 1}));
+  EXPECT_EQ(make({2, 0, 3}, {7, 5, 3}, 4).element_strides(), (Dims{3, 3, 1}));
+  EXPECT_EQ(make({3, 1}, {4, 3}, 4).element_strides(), (Dims{1, 1}));
   expect_error(
       [] {
-        make({1, 3}, {5, 4}, 4).element_strides();
+        make({2, 1}, {6, 4}, 4).element_strides();
       },
-      Errc::value_error, {"axis 0", "byte stride of 5"});
+      Errc::value_error, {"axis 0", "byte stride of 6"});
   expect_error([] { make({3}, {0}, 0).element_strides(); }, Errc::value_error, {"item size of 0"});
 }
 
