@@ -39,7 +39,7 @@
 #include "cai/sync/ordering.h"
 
 #if __has_include("cai/arrays/array_ref.h")
-#include "cai/arrays/array_ref.h"
+#include "cai/arrays/as_array_ref.h"
 #define CAI_BENCH_HAS_ARRAY_REF 1
 #else
 #define CAI_BENCH_HAS_ARRAY_REF 0

@@ -13,7 +13,7 @@ function(cai_add_layer name)
   add_library(cai::${name} ALIAS cai_${name})
   target_include_directories(cai_${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
-    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
+    $<INSTALL_INTERFACE:${CAI_INSTALL_INCLUDEDIR}>
     PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_compile_features(cai_${name} PUBLIC cxx_std_20)
   if(ARG_DEPENDS)

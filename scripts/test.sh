@@ -22,16 +22,32 @@ cmake -S tests/cmake/find_package -B build/find_package -G Ninja \
 cmake --build build/find_package
 ctest --test-dir build/find_package --output-on-failure
 
-echo "== examples/add_extension: an extension built only through the installed package"
+echo "== extension modules, built only through the pip-installed package (python -m cai --cmake-dir)"
+CAI_CMAKE_DIR=$(.venv/bin/python -m cai --cmake-dir)
+# As examples/add_extension/CMakeLists.txt says to, with a relative interpreter path.
 cmake -S examples/add_extension -B build/add_extension -G Ninja \
-  -DCMAKE_PREFIX_PATH="$ROOT/build/install" -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
+  -Dcai_DIR="$CAI_CMAKE_DIR" -DPython_EXECUTABLE=.venv/bin/python >/dev/null
 cmake --build build/add_extension -j "$JOBS"
-cmake -S tests/caster_ext -B build/caster_ext -G Ninja \
-  -DCMAKE_PREFIX_PATH="$ROOT/build/install" -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
-cmake --build build/caster_ext -j "$JOBS"
+cmake -S tests/ext -B build/ext -G Ninja \
+  -Dcai_DIR="$CAI_CMAKE_DIR" -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
+cmake --build build/ext -j "$JOBS"
+if command -v clang++ >/dev/null 2>&1; then
+  # The caster probe again, by another compiler than cai._cai's: only the C API crosses.
+  cmake -S tests/ext -B build/ext-clang -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
+    -DCAI_PROBE_SUFFIX=_clang -Dcai_DIR="$CAI_CMAKE_DIR" \
+    -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
+  cmake --build build/ext-clang -j "$JOBS"
+fi
 cmake -S bench/caster_ext -B build/bench_caster -G Ninja \
-  -DCMAKE_PREFIX_PATH="$ROOT/build/install" -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
+  -Dcai_DIR="$CAI_CMAKE_DIR" -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
 cmake --build build/bench_caster -j "$JOBS"
+
+echo "== python/_cai without LTO, with a compiler whose LTO does not work"
+# The wrapper fails whenever -flto is on its command line, as g++ without an LTO plugin does.
+cmake -S . -B build/no_lto -G Ninja -DCAI_BUILD_PYTHON=ON -DCAI_BUILD_TESTS=OFF \
+  -DCAI_INSTALL=OFF -DCMAKE_CXX_COMPILER="$ROOT/tests/cmake/no_lto/g++-without-lto" \
+  -DPython_EXECUTABLE="$ROOT/.venv/bin/python" | grep "cai: _cai is built without link-time"
+cmake --build build/no_lto -j "$JOBS" --target _cai
 
 if command -v clang++ >/dev/null 2>&1; then
   echo "== fuzzers (bounded)"

@@ -5,7 +5,7 @@
 
 #include <nanobind/ndarray.h>
 
-#include <cai/python/nb_array.h>
+#include <cai/nanobind/array.h>
 
 namespace nb = nanobind;
 
@@ -17,7 +17,6 @@ using Nd = nb::ndarray<const float, nb::ndim<2>, nb::device::cpu>;
 }  // namespace
 
 NB_MODULE(_cai_bench_caster, m) {
-  cai::python::capi();  // import cai's C API (and adopt its backend) once, at import
   m.def("noop0", [] {});
   m.def("noop1", [](Arr) {});
   m.def("noop8", [](Arr, Arr, Arr, Arr, Arr, Arr, Arr, Arr) {});

@@ -1,36 +1,346 @@
-// Publishes cai/python/capi.h's table as the capsule cai._cai._C_API.
+// Publishes the C API of include/cai/capi.h as the capsule cai._cai._C_API: the one runtime of
+// the process, used by extension modules that link no cai library. A CaiArray* is the
+// PyObject* of a cai.DeviceNDArray.
 
-#include "cai/python/capi.h"
+#include "cai/capi.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "array.h"
+#include "cai/arrays/dlpack.h"
+#include "cai/arrays/typed_view.h"
+#include "cai/device/simulator.h"
+#include "cai/version.h"
+
+#define CAI_CAPI_STR2(x) #x
+#define CAI_CAPI_STR(x) CAI_CAPI_STR2(x)
+
+struct CaiOrder {
+  cai::sync::StreamOrder order;
+  std::vector<std::shared_ptr<cai::sync::SyncState>> states;  // kept until finish()
+};
 
 namespace cai::python {
 
 namespace {
 
-int capi_backend(device::Backend** out) {
-  return guarded([&] { *out = &device::backend(); });
+PyObject* object_of(CaiArray* a) noexcept {
+  return reinterpret_cast<PyObject*>(a);
 }
 
-int capi_import_view(PyObject* obj, int sync, const char* entry, View* out) {
-  return guarded([&] { *out = import_view(nb::handle(obj), sync != 0, entry); });
+// The array behind a handle (a cai.DeviceNDArray, by construction).
+PyArray& array_of(CaiArray* a) {
+  PyArray* p = a ? as_py_array(nb::handle(object_of(a))) : nullptr;
+  if (!p) throw_error(Errc::type_error, "cai C API: not a CaiArray handle");
+  return *p;
 }
 
-int capi_read_stream(PyObject* obj, const char* entry, sync::StreamRef* out) {
-  return guarded([&] { *out = stream_arg(nb::handle(obj), entry, library_default_stream()); });
+sync::StreamRef stream_ref(const CaiStream& s) {
+  if (s.handle == 0) return library_default_stream();
+  return {s.handle, keep_alive(nb::handle(s.owner))};
 }
 
-int capi_wrap_view(const View* view, PyObject** out) {
-  return guarded([&] { *out = wrap(*view).release().ptr(); });
+void require_size(std::uint32_t given, std::size_t needed, const char* what) {
+  if (given < needed)
+    throw_error(Errc::value_error, std::string("cai C API: ") + what + ".size is " +
+                                       std::to_string(given) + ", expected at least " +
+                                       std::to_string(needed));
 }
+
+TypedViewSpec spec_of(const CaiArrayRequest& r) {
+  require_size(r.size, sizeof(CaiArrayRequest), "CaiArrayRequest");
+  TypedViewSpec spec;
+  spec.dtype = DType::from_dlpack(r.dtype);
+  spec.item_size = r.item_size;
+  spec.alignment = r.alignment;
+  spec.ndim = r.ndim;
+  spec.writable = (r.flags & CAI_REQUIRE_WRITABLE) != 0;
+  spec.c_contiguous = (r.flags & CAI_REQUIRE_C_CONTIG) != 0;
+  spec.f_contiguous = (r.flags & CAI_REQUIRE_F_CONTIG) != 0;
+  spec.allow_mask = (r.flags & CAI_ALLOW_MASK) != 0;
+  return spec;
+}
+
+// Fills `out` for the array `obj` (a cai.DeviceNDArray), taking over the reference.
+void describe(const View& v, nb::object obj, CaiArrayInfo& out) noexcept {
+  out.ndim = v.ndim();
+  out.data = v.ptr();
+  out.shape = v.shape().data();
+  out.strides = v.strides().data();
+  out.dtype = DLDataType{0, 0, 0};
+  const DType& t = v.dtype();
+  if (t.is_native() && !t.is_structured()) {
+    try {
+      out.dtype = t.to_dlpack();
+    } catch (...) {
+      // No DLPack type (strings, datetimes): lanes 0 says so; the typestr names it.
+    }
+  }
+  out.readonly = v.readonly() ? 1 : 0;
+  out.itemsize = t.itemsize();
+  const auto stream = v.sync()->handle();
+  out.stream = stream ? *stream : 0;
+  out.has_mask = v.mask() ? 1 : 0;
+  const std::string typestr = t.str();
+  const std::size_t n = std::min(typestr.size(), sizeof out.typestr - 1);
+  std::memcpy(out.typestr, typestr.data(), n);
+  out.typestr[n] = '\0';
+  out.array = reinterpret_cast<CaiArray*>(obj.release().ptr());
+}
+
+int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char* entry,
+                      std::uint32_t options, CaiArrayInfo* out,
+                      std::int64_t* element_strides) noexcept {
+  int fits = 0;
+  const int rc = guarded([&] {
+    require_size(out->size, sizeof(CaiArrayInfo), "CaiArrayInfo");
+    const char* who = entry ? entry : "cai C API";
+    nb::handle h(obj);
+    PyArray* ours = as_py_array(h);
+    View imported;
+    const View& v = ours ? ours->view : (imported = import_view(h, true, who));
+    if (request) {
+      const TypedViewSpec spec = spec_of(*request);
+      const TypedViewMismatch m = check_typed_view(v, spec, element_strides);
+      if (m != TypedViewMismatch::none) {
+        fits = 1;
+        if (!(options & CAI_IMPORT_QUIET))
+          PyErr_SetString(PyExc_TypeError, typed_view_message(v, spec, m, who).c_str());
+        return;
+      }
+    } else if (element_strides && !v.layout().try_element_strides(element_strides)) {
+      (void)v.layout().element_strides();  // throws the rule's message
+    }
+    if (ours) {
+      describe(ours->view, nb::borrow(h), *out);
+    } else {
+      nb::object wrapped = wrap(std::move(imported));
+      const View& view = as_py_array(wrapped)->view;
+      describe(view, std::move(wrapped), *out);
+    }
+  });
+  return rc != 0 ? -1 : fits;
+}
+
+void capi_retain_array(CaiArray* a) noexcept {
+  if (!a || py_finalizing()) return;
+  if (PyGILState_Check()) {  // the usual case, and much cheaper than taking the GIL
+    Py_INCREF(object_of(a));
+    return;
+  }
+  PyGILState_STATE st = PyGILState_Ensure();
+  Py_INCREF(object_of(a));
+  PyGILState_Release(st);
+}
+
+void capi_release_array(CaiArray* a) noexcept {
+  // After finalization no Python call is legal: the reference is leaked, like the owners.
+  if (!a || !nb::is_alive() || py_finalizing()) return;
+  if (PyGILState_Check()) {
+    Py_DECREF(object_of(a));
+    return;
+  }
+  PyGILState_STATE st = PyGILState_Ensure();
+  Py_DECREF(object_of(a));
+  PyGILState_Release(st);
+}
+
+PyObject* capi_array_to_python(CaiArray* a) noexcept {
+  PyObject* out = nullptr;
+  guarded([&] {
+    (void)array_of(a);
+    out = object_of(a);
+    Py_INCREF(out);
+  });
+  return out;
+}
+
+int capi_array_device(CaiArray* a, DLDevice* out) noexcept {
+  return guarded([&] { *out = dlpack_device(array_of(a).view); });
+}
+
+int capi_new_array(const CaiArraySpec* spec, CaiArrayInfo* out,
+                   std::int64_t* element_strides) noexcept {
+  return guarded([&] {
+    require_size(spec->size, sizeof(CaiArraySpec), "CaiArraySpec");
+    require_size(out->size, sizeof(CaiArrayInfo), "CaiArrayInfo");
+    if (spec->ndim < 0 || spec->ndim > max_ndim || (spec->ndim > 0 && !spec->shape))
+      throw_error(Errc::value_error, "new_array(): ndim " + std::to_string(spec->ndim) +
+                                         " needs 0 <= ndim <= 64 and a shape");
+    std::span<const std::int64_t> shape(spec->shape, static_cast<std::size_t>(spec->ndim));
+    View v = View::allocate(DType::from_dlpack(spec->dtype), shape, spec->fortran_order != 0,
+                            stream_ref(spec->stream));
+    if (element_strides) v.layout().try_element_strides(element_strides);
+    nb::object obj = wrap(std::move(v));
+    const View& view = as_py_array(obj)->view;
+    describe(view, std::move(obj), *out);
+  });
+}
+
+// What keeps wrapped memory alive: the caller's Python owner and its release callback.
+struct MemoryOwner {
+  std::shared_ptr<const void> python;
+  void* context = nullptr;
+  void (*release)(void*) = nullptr;
+  MemoryOwner() = default;
+  MemoryOwner(const MemoryOwner&) = delete;
+  MemoryOwner& operator=(const MemoryOwner&) = delete;
+  ~MemoryOwner() {
+    if (release) release(context);
+  }
+};
+
+PyObject* capi_wrap_memory(const CaiMemory* m) noexcept {
+  PyObject* out = nullptr;
+  // Made first, so that every failure below still releases the caller's context once.
+  auto owner = std::make_shared<MemoryOwner>();
+  owner->context = m->context;
+  owner->release = m->release_context;
+  guarded([&] {
+    require_size(m->size, sizeof(CaiMemory), "CaiMemory");
+    if (m->ndim < 0 || m->ndim > max_ndim || (m->ndim > 0 && !m->shape))
+      throw_error(Errc::value_error, "make_array(): ndim " + std::to_string(m->ndim) +
+                                         " needs 0 <= ndim <= 64 and a shape");
+    const auto n = static_cast<std::size_t>(m->ndim);
+    DType dtype = m->typestr ? DType::from_typestr(m->typestr) : DType::from_dlpack(m->dtype);
+    std::span<const std::int64_t> shape(m->shape, n);
+    Layout layout = m->strides
+                        ? Layout(Dims(shape), Dims(std::span(m->strides, n)), dtype.itemsize())
+                        : Layout::c_contiguous(shape, dtype.itemsize());
+    const std::uint64_t ptr = layout.size() == 0 ? 0 : m->data;
+    owner->python = keep_alive(nb::handle(m->owner));
+    auto state = m->stream.handle != 0 ? std::make_shared<sync::SyncState>(stream_ref(m->stream))
+                                       : std::make_shared<sync::SyncState>();
+    View v(ptr, std::move(dtype), std::move(layout), m->readonly != 0, std::move(state),
+           std::shared_ptr<const void>(owner, owner.get()));
+    owner.reset();
+    out = wrap(std::move(v)).release().ptr();
+  });
+  return out;
+}
+
+int capi_read_stream(PyObject* obj, const char* entry, CaiStream* out) noexcept {
+  return guarded([&] {
+    const sync::StreamRef ref =
+        stream_arg(nb::handle(obj), entry ? entry : "stream=", library_default_stream());
+    out->handle = ref.handle;
+    // What keeps the stream alive is the argument itself (a cai.Stream, a __cuda_stream__
+    // object); integer handles and the defaults need nothing.
+    out->owner = ref.owner ? obj : nullptr;
+    Py_XINCREF(out->owner);
+  });
+}
+
+int capi_order_begin(const CaiStream* work, CaiArray* const* arrays, std::size_t count,
+                     CaiOrder** out) noexcept {
+  *out = nullptr;
+  return guarded([&] {
+    auto order = std::unique_ptr<CaiOrder>(
+        new CaiOrder{sync::StreamOrder(device::backend(), stream_ref(*work)), {}});
+    order->states.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      order->states.push_back(array_of(arrays[i]).view.sync());
+      order->order.add(*order->states.back());
+    }
+    *out = order.release();
+  });
+}
+
+int capi_order_end(CaiOrder* order) noexcept {
+  std::unique_ptr<CaiOrder> owned(order);
+  if (!owned) return 0;
+  return guarded([&] { owned->order.finish(); });
+}
+
+int capi_backend_kind(std::int32_t* out) noexcept {
+  return guarded(
+      [&] { *out = device::backend().as_simulator() ? CAI_BACKEND_SIMULATOR : CAI_BACKEND_CUDA; });
+}
+
+int capi_current_device(std::int32_t* out) noexcept {
+  return guarded([&] { *out = device::backend().current_device(); });
+}
+
+int capi_enqueue_host_task(const CaiStream* stream, CaiArray* const* arrays,
+                           const std::uint8_t* writes, std::size_t count,
+                           const CaiHostTask* task) noexcept {
+  // Made first, so that destroy runs once whatever happens: after the task ran, or when it
+  // was never enqueued.
+  std::shared_ptr<void> context(task->context, task->destroy);
+  return guarded([&] {
+    require_size(task->size, sizeof(CaiHostTask), "CaiHostTask");
+    std::vector<device::sim::Access> accesses;
+    accesses.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const View& v = array_of(arrays[i]).view;
+      accesses.push_back({v.ptr(), v.shape(), v.strides(),
+                          static_cast<std::size_t>(v.dtype().itemsize()), writes[i] != 0});
+    }
+    std::string name = task->name ? task->name : "host task";
+    auto run = task->run;
+    device::sim::enqueue_task(
+        stream->handle != 0 ? stream->handle : library_default_stream().handle, accesses,
+        [context = std::move(context), run, name] {
+          if (const char* error = run(context.get()))
+            throw_error(Errc::device_error, error);  // the simulator names the task
+        },
+        name);
+  });
+}
+
+void capi_set_error(std::int32_t code, const char* message) noexcept {
+  if (code < 0 || code > static_cast<std::int32_t>(Errc::race)) code = CAI_ERROR_VALUE;
+  set_python_error(Error(static_cast<Errc>(code), message ? message : ""));
+}
+
+static_assert(CAI_ERROR_TYPE == static_cast<int>(Errc::type_error) &&
+                  CAI_ERROR_VALUE == static_cast<int>(Errc::value_error) &&
+                  CAI_ERROR_INDEX == static_cast<int>(Errc::index_error) &&
+                  CAI_ERROR_OVERFLOW == static_cast<int>(Errc::overflow) &&
+                  CAI_ERROR_NOT_IMPLEMENTED == static_cast<int>(Errc::not_implemented) &&
+                  CAI_ERROR_BUFFER == static_cast<int>(Errc::buffer_error) &&
+                  CAI_ERROR_DEVICE == static_cast<int>(Errc::device_error) &&
+                  CAI_ERROR_RACE == static_cast<int>(Errc::race),
+              "capi.h's CAI_ERROR_* must follow cai::Errc");
+
+const CaiCApi g_table = {
+    CAI_CAPI_VERSION,
+    sizeof(CaiCApi),
+    CAI_CAPI_STR(CAI_VERSION_MAJOR) "." CAI_CAPI_STR(CAI_VERSION_MINOR) "." CAI_CAPI_STR(
+        CAI_VERSION_PATCH),
+    &capi_import_array,
+    &capi_retain_array,
+    &capi_release_array,
+    &capi_array_to_python,
+    &capi_array_device,
+    &capi_new_array,
+    &capi_wrap_memory,
+    &capi_read_stream,
+    &capi_order_begin,
+    &capi_order_end,
+    &capi_backend_kind,
+    &capi_current_device,
+    &capi_enqueue_host_task,
+    &capi_set_error,
+};
 
 }  // namespace
 
 void bind_capi(nb::module_& m) {
-  static const CApi table{CAI_CAPI_VERSION,  CAI_CAPI_ABI_TAG,  &capi_backend,
-                          &capi_import_view, &capi_read_stream, &capi_wrap_view};
   m.attr("_C_API") =
-      nb::steal(PyCapsule_New(const_cast<CApi*>(&table), "cai._cai._C_API", nullptr));
+      nb::steal(PyCapsule_New(const_cast<CaiCApi*>(&g_table), CAI_CAPI_CAPSULE, nullptr));
+  // The typed-view rule for cai.Array (python/cai/_tile.py), the same as the C API's.
+  m.def(
+      "_element_strides",
+      [](nb::handle array) {
+        PyArray* a = as_py_array(array);
+        if (!a) throw_error(Errc::type_error, "_element_strides(): expected a cai.DeviceNDArray");
+        return to_tuple(a->view.layout().element_strides());
+      },
+      "Element strides by the typed-view rule (docs/cpp-typed-view.md).");
 }
 
 }  // namespace cai::python

@@ -92,7 +92,6 @@ void bind_device(nb::module_& m);
 void bind_array(nb::module_& m);
 void bind_ops(nb::module_& m);
 void bind_dlpack(nb::module_& m);
-void bind_probes(nb::module_& m);
 void bind_capi(nb::module_& m);
 
 }  // namespace cai::python

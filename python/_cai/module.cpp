@@ -70,7 +70,6 @@ NB_MODULE(_cai, m) {
   bind_array(m);
   bind_ops(m);
   bind_dlpack(m);
-  bind_probes(m);
   bind_capi(m);
   m.def(
       "_set_exiting", [] { cai::device::set_exiting(); },

@@ -1,20 +1,72 @@
-"""python -m cai demo: the producer/consumer examples of the CAI v3 document."""
+"""python -m cai: the package's command line.
 
+  python -m cai demo           the producer/consumer examples of the CAI v3 document
+  python -m cai --version      the version
+  python -m cai --cmake-dir    the directory for find_package(cai) (-Dcai_DIR=...)
+  python -m cai --include-dir  the directory of the C++ headers
+"""
+
+import argparse
+import pathlib
 import sys
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m cai demo\n\nRuns the two examples of the CUDA Array Interface v3 "
-              "document on the best available backend (CUDA, else the CPU simulator).")
-        return 0 if argv else 2
-    if argv[0] == "demo":
-        from ._demo import run
+def _package_dir():
+    return pathlib.Path(__file__).resolve().parent
 
-        return run()
-    print(f"python -m cai: unknown command {argv[0]!r}; expected 'demo'", file=sys.stderr)
-    return 2
+
+def _installed_dir(name):
+    path = _package_dir() / name
+    if not path.is_dir():
+        print(f"python -m cai: {path} is missing; this cai was not installed with its C++ "
+              "package (pip install it)", file=sys.stderr)
+        sys.exit(1)
+    return path
+
+
+def _demo(args):
+    from ._demo import run
+
+    return run()
+
+
+def parser():
+    p = argparse.ArgumentParser(
+        prog="python -m cai",
+        description="cai: the CUDA Array Interface and DLPack, zero-copy and stream-correct.")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    p.add_argument("--cmake-dir", action="store_true",
+                   help="print the directory of cai-config.cmake, for find_package(cai) "
+                        "(cmake -Dcai_DIR=...), and exit")
+    p.add_argument("--include-dir", action="store_true",
+                   help="print the directory of the C++ headers and exit")
+    commands = p.add_subparsers(dest="command", metavar="command")
+    demo = commands.add_parser(
+        "demo", help="run the producer/consumer examples of the CAI v3 document",
+        description="Runs the two examples of the CUDA Array Interface v3 document on the best "
+                    "available backend (CUDA, else the CPU simulator).")
+    demo.set_defaults(run=_demo)
+    return p
+
+
+def main(argv=None):
+    p = parser()
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.version:
+        from ._cai import __version__
+
+        print(__version__)
+        return 0
+    if args.cmake_dir:
+        print(_installed_dir("cmake"))
+        return 0
+    if args.include_dir:
+        print(_installed_dir("include"))
+        return 0
+    if getattr(args, "run", None) is None:
+        p.print_help(sys.stderr)
+        return 2
+    return args.run(args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""cai.Array: the tile-style global array (SPEC.md section 2) over any DLPack or CAI object."""
+"""cai.Array: the tile-style global array (docs/dlpack.md) over any DLPack or CAI object."""
 
 from . import _cai
 
@@ -8,7 +8,7 @@ class Array:
     Interface (DLPack is tried first). Strides count ELEMENTS. It is itself a producer of both
     protocols, so slices can be handed on to any consumer."""
 
-    __slots__ = ("_data",)
+    __slots__ = ("_data", "_strides")
 
     def __init__(self, obj):
         if isinstance(obj, Array):
@@ -19,25 +19,22 @@ class Array:
             self._data = _cai.from_dlpack(obj)
         else:
             self._data = _cai.as_cuda_array(obj)
-        # Element strides exist only when every byte stride is a multiple of the item size.
-        self._element_strides()
+        self._strides = Array._element_strides(self._data)
 
     @classmethod
     def _wrap(cls, data):
         a = cls.__new__(cls)
         a._data = data
+        a._strides = Array._element_strides(data)
         return a
 
-    def _element_strides(self):
-        d = self._data
-        out = []
-        for axis, s in enumerate(d.strides):
-            if s % d.itemsize:
-                raise ValueError(
-                    f"Array: axis {axis} has a byte stride of {s}, which is not a multiple of "
-                    f"the item size {d.itemsize}; a global array's strides count elements")
-            out.append(s // d.itemsize)
-        return tuple(out)
+    @staticmethod
+    def _element_strides(data):
+        # The typed-view rule, shared with C++ (docs/cpp-typed-view.md).
+        try:
+            return _cai._element_strides(data)
+        except ValueError as e:
+            raise ValueError(f"Array: {e}; a global array's strides count elements") from None
 
     @property
     def dtype(self):
@@ -50,7 +47,7 @@ class Array:
     @property
     def strides(self):
         """Strides in elements, not bytes."""
-        return self._element_strides()
+        return self._strides
 
     @property
     def ndim(self):

@@ -134,21 +134,37 @@ std::optional<std::int64_t> Layout::checked_nbytes(std::span<const std::int64_t>
   return has_zero ? 0 : bytes;
 }
 
+bool Layout::try_element_strides(std::int64_t* out) const noexcept {
+  if (itemsize_ == 0) return false;
+  std::int64_t row_major = 1;  // the C-contiguous element stride of axis i (zero dims count 1)
+  for (std::size_t i = strides_.size(); i-- > 0;) {
+    if (strides_[i] % itemsize_ == 0) {
+      out[i] = strides_[i] / itemsize_;
+    } else if (size_ == 0 || shape_[i] <= 1) {
+      out[i] = row_major;  // no address depends on this stride
+    } else {
+      return false;
+    }
+    // Cannot overflow: size() * itemsize fits int64 and zero dims count as one.
+    row_major *= shape_[i] > 0 ? shape_[i] : 1;
+  }
+  return true;
+}
+
 Dims Layout::element_strides() const {
+  Dims out(strides_.size());
+  if (try_element_strides(out.data())) return out;
   if (itemsize_ == 0) {
     throw_error(Errc::value_error, "strides: element strides are undefined for an item size of 0");
   }
-  Dims out(strides_.size());
-  for (std::size_t i = 0; i < strides_.size(); ++i) {
-    if (strides_[i] % itemsize_ != 0) {
-      throw_error(Errc::value_error, "strides: axis " + to_string(i) + " has a byte stride of " +
-                                         to_string(strides_[i]) +
-                                         ", which is not a multiple of the item size " +
-                                         to_string(itemsize_));
-    }
-    out[i] = strides_[i] / itemsize_;
-  }
-  return out;
+  std::size_t axis = 0;
+  while (strides_[axis] % itemsize_ == 0 || size_ == 0 || shape_[axis] <= 1) ++axis;
+  throw_error(Errc::value_error,
+              "strides: axis " + to_string(axis) + " has a byte stride of " +
+                  to_string(strides_[axis]) + ", which is not a multiple of the item size " +
+                  to_string(itemsize_) +
+                  " (an axis of extent above 1 in a non-empty array needs one: element strides "
+                  "count whole items)");
 }
 
 Layout::Sliced Layout::slice(int axis, std::int64_t start, std::int64_t stop) const {

@@ -27,7 +27,6 @@ std::unique_ptr<Backend> select_backend(std::string_view env_value) {
 }  // namespace detail
 
 namespace {
-std::atomic<Backend*> g_adopted{nullptr};
 std::atomic<bool> g_exiting{false};
 }  // namespace
 
@@ -38,12 +37,7 @@ bool exiting() noexcept {
   return g_exiting.load(std::memory_order_relaxed);
 }
 
-void adopt_backend(Backend* shared) noexcept {
-  g_adopted.store(shared, std::memory_order_release);
-}
-
 Backend& backend() {
-  if (Backend* shared = g_adopted.load(std::memory_order_acquire)) return *shared;
   // Leaked on purpose: no destructor runs at exit, so exit never waits for stream work or
   // races with threads that still use the backend. If the choice throws, the next call retries.
   static Backend* const chosen = [] {

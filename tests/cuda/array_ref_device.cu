@@ -4,6 +4,7 @@
 #include <cuda/std/mdspan>
 
 #include "cai/arrays/array_ref.h"
+#include "cai/arrays/as_array_ref.h"
 
 static_assert(CAI_HAS_CUDA_STD_MDSPAN, "nvcc should see <cuda/std/mdspan>");
 static_assert(std::is_trivially_copyable_v<cai::ArrayRef<float, 2>>);

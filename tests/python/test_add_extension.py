@@ -1,23 +1,22 @@
-"""Issue 6: the external extension in examples/add_extension, built only through the installed
-cai package (scripts/test.sh builds it into build/add_extension), run on the simulator."""
+"""The example extension of examples/add_extension (its kernel and its binding, nothing else),
+built only through the installed cai package (scripts/test.sh builds it into
+build/add_extension), run on the simulator: results, stream ordering, and the race detector
+checking its kernel. Also: an extension built from nothing but the pip-installed package."""
 
 import os
 import pathlib
+import shutil
+import subprocess
 import sys
-
-os.environ.setdefault("CAI_BACKEND", "sim")
+import textwrap
 
 import numpy as np
 import pytest
 
 import cai
+import extensions
 
-BUILD = pathlib.Path(__file__).resolve().parents[2] / "build" / "add_extension"
-if not any(BUILD.glob("_add_ext*.so")):
-    pytest.skip(f"examples/add_extension is not built in {BUILD} (scripts/test.sh builds it)",
-                allow_module_level=True)
-sys.path.insert(0, str(BUILD))
-import _add_ext  # noqa: E402
+_add_ext = extensions.load("_add_ext")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -83,13 +82,6 @@ def test_stream_ordering_with_a_slow_producer():
     s.synchronize()
 
 
-def test_producer_helper_exports_both_protocols():
-    r = _add_ext.arange(6)
-    assert isinstance(r, cai.DeviceNDArray)
-    assert r.__cuda_array_interface__["typestr"] == "<f4"
-    np.testing.assert_array_equal(np.from_dlpack(r, device="cpu", copy=True), np.arange(6))
-
-
 def test_without_sync_the_race_is_caught():
     s = cai.stream()
     x = cai.device_array(1000, dtype=np.float64, stream=s)
@@ -109,3 +101,113 @@ def test_without_sync_the_race_is_caught():
     finally:
         cai.config.CUDA_ARRAY_INTERFACE_SYNC = True
     s.synchronize()
+
+
+def test_correct_ordering_is_not_a_race():
+    # The same producer as above, with the CAI v3 import rules on: the kernel waits for s.
+    s = cai.stream()
+    x = cai.device_array(1000, dtype=np.float64, stream=s)
+    cai.sim.delay(s, 0.3)
+    x[...] = 2.0
+
+    class Foreign:
+        @property
+        def __cuda_array_interface__(self):
+            return x.__cuda_array_interface__
+
+    y = cai.device_array(1000, dtype=np.float64, stream=cai.stream())
+    _add_ext.add(Foreign(), Foreign(), y, stream=cai.stream())
+    np.testing.assert_array_equal(y.copy_to_host(), np.full(1000, 4.0))
+
+
+def test_writing_while_the_kernel_reads_is_a_race():
+    # The kernel declares its reads; a host write to an input before it ran is caught.
+    s = cai.stream()
+    a = cai.device_array(1000, dtype=np.float32, stream=s)
+    a[...] = 1.0
+    s.synchronize()  # so that the kernel's read is the only access not ordered before the host
+    cai.sim.delay(s, 0.3)
+    out = cai.device_array(1000, dtype=np.float32, stream=s)
+    _add_ext.add(a, a, out, stream=s)  # queued behind the delay
+    cai.config.CUDA_ARRAY_INTERFACE_SYNC = False
+    try:
+        with pytest.raises(cai.RaceError):
+            cai.ops.fill(Unsynced(a), 5.0, stream=cai.stream())
+    finally:
+        cai.config.CUDA_ARRAY_INTERFACE_SYNC = True
+    s.synchronize()
+
+
+class Unsynced:
+    """Exports an array with its stream, read by a consumer told to ignore it."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.arr.__cuda_array_interface__
+
+
+# ---- the C++ package inside the Python package ----------------------------------------------------
+
+EXTERNAL_CMAKE = """
+cmake_minimum_required(VERSION 3.24)
+project(external LANGUAGES CXX)
+set(CMAKE_BUILD_TYPE Release)
+find_package(cai CONFIG REQUIRED)
+cai_add_extension(_external SOURCES external.cpp)
+"""
+
+EXTERNAL_CPP = """
+#include <cai/nanobind/for_each.h>
+
+struct Twice {
+  CAI_HOST_DEVICE void operator()(const double& x, double& y) const { y = 2 * x; }
+};
+
+NB_MODULE(_external, m) {
+  m.def("twice", [](cai::nb::array<const double, 1> x, cai::nb::array<double, 1, cai::writable> y,
+                    cai::nb::stream s) { cai::nb::for_each(s, Twice{}, x, y); },
+        nanobind::arg("x"), nanobind::arg("y"), nanobind::arg("stream") = nanobind::none());
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ninja") is None,
+                    reason="needs cmake and ninja")
+def test_an_extension_built_from_only_the_installed_package(tmp_path):
+    cmake_dir = subprocess.run([sys.executable, "-m", "cai", "--cmake-dir"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+    assert pathlib.Path(cmake_dir, "cai-config.cmake").is_file()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(EXTERNAL_CMAKE)
+    (src / "external.cpp").write_text(EXTERNAL_CPP)
+    build = tmp_path / "build"
+    # The interpreter as a relative path, from the directory cmake runs in.
+    interpreter = pathlib.Path(sys.executable)
+    configure = subprocess.run(
+        ["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", f"-Dcai_DIR={cmake_dir}",
+         f"-DPython_EXECUTABLE={interpreter.name}"],
+        cwd=interpreter.parent, capture_output=True, text=True)
+    assert configure.returncode == 0, configure.stdout + configure.stderr
+    built = subprocess.run(["cmake", "--build", str(build), "-j", "2"], capture_output=True,
+                           text=True)
+    assert built.returncode == 0, built.stdout + built.stderr
+    # Nothing of the source tree was used: cai's headers come from the installed package.
+    commands = (build / "build.ninja").read_text()
+    for tree_dir in ("include", "cmake", "python", "src"):
+        assert str(extensions.ROOT / tree_dir) not in commands
+    assert str(pathlib.Path(cmake_dir).parent / "include") in commands
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent("""
+            import numpy as np, cai, _external
+            x = cai.to_device(np.arange(4.0)); y = cai.device_array(4)
+            _external.twice(x, y)
+            print(y.copy_to_host().tolist())
+        """)],
+        env={**os.environ, "CAI_BACKEND": "sim", "PYTHONPATH": str(build)},
+        capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[0.0, 2.0, 4.0, 6.0]"

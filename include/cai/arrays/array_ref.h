@@ -1,22 +1,20 @@
 #pragma once
 
 // Layer 4: ArrayRef<T, N>, a typed strided view for hot loops on the host and in kernels.
-// It holds a pointer, N extents and N strides in ELEMENTS (the tile-array convention of
-// SPEC.md section 2), owns nothing, knows nothing of devices or streams, and is trivially
-// copyable so that it goes to a __global__ function by value. as_array_ref() makes one from a
-// View after checking that T matches what the View holds. With CCCL on the include path
-// (the CUDA toolkit's include/cccl), to_mdspan() gives the standard cuda::std::mdspan.
+// It holds a pointer, N extents and N strides in ELEMENTS (the tile-array convention,
+// docs/cpp-typed-view.md), owns nothing, knows nothing of devices, streams or Views, and is
+// trivially copyable so that it goes to a __global__ function by value. Header-only.
+// as_array_ref(View) (cai/arrays/as_array_ref.h) makes one from a View; cai::nb::array (cai/
+// nanobind/array.h) from a Python argument. With CCCL on the include path (the CUDA toolkit's
+// include/cccl), to_mdspan() gives the standard cuda::std::mdspan.
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <type_traits>
 #include <utility>
 
-#include "cai/arrays/dtype_of.h"
 #include "cai/arrays/host_device.h"
-#include "cai/arrays/view.h"
 #include "cai/core/error.h"
 
 #if __has_include(<cuda/std/mdspan>)
@@ -208,98 +206,6 @@ class ArrayRef {
 // What lets an ArrayRef be a kernel argument; it does not depend on T or N.
 static_assert(std::is_trivially_copyable_v<ArrayRef<float, 2>>);
 static_assert(std::is_trivially_copyable_v<ArrayRef<const double, 0>>);
-
-namespace detail {
-
-// The checks of as_array_ref, once for all T and N; writes N element strides. Host only.
-inline void check_array_ref(const View& v, const char* entry, const DType& type,
-                            std::size_t item_size, std::size_t alignment, int ndim, bool writable,
-                            std::int64_t* element_strides) {
-  // Messages are built only on failure: this runs on every call of a bound function.
-  auto fail = [entry](const std::string& what) {
-    throw_error(Errc::value_error, std::string(entry) + ": " + what);
-  };
-  if (!(v.dtype() == type)) {
-    fail("dtype mismatch: the element type needs '" + type.str() + "', the array holds '" +
-         v.dtype().str() + "'");
-  }
-  if (type.itemsize() != static_cast<std::int64_t>(item_size)) {
-    fail("cai::DTypeTraits gives dtype '" + type.str() + "' of itemsize " +
-         std::to_string(type.itemsize()) + ", but the element type has sizeof " +
-         std::to_string(item_size) + "; fix the DTypeTraits specialisation");
-  }
-  if (ndim >= 0 && v.ndim() != ndim) {
-    fail("rank mismatch: expected " + std::to_string(ndim) + " dimensions, the array has " +
-         std::to_string(v.ndim()) + " (shape " + format_dims(v.shape()) + ")");
-  }
-  if (writable && v.readonly()) {
-    fail("the array is read-only; take an ArrayRef<const T, N> to read it");
-  }
-  if (v.mask()) {
-    fail(
-        "the array has a mask, which an ArrayRef cannot carry; read the mask separately and "
-        "convert a copy of the View without it");
-  }
-  const bool empty = v.size() == 0;
-  if (!empty && v.ptr() % alignment != 0) {
-    char address[2 + 16 + 1];
-    std::snprintf(address, sizeof address, "0x%llx", static_cast<unsigned long long>(v.ptr()));
-    fail(std::string("the data pointer ") + address + " is not aligned to " +
-         std::to_string(alignment) + " bytes, the alignment of the element type");
-  }
-  if (element_strides == nullptr) return;
-  const auto size = static_cast<std::int64_t>(item_size);
-  for (int k = 0; k < v.ndim(); ++k) {
-    const std::int64_t s = v.strides()[k];
-    if (s % size == 0) {
-      element_strides[k] = s / size;
-    } else if (empty || v.shape()[k] == 1) {
-      element_strides[k] = 0;  // no address depends on it
-    } else {
-      fail("the stride of axis " + std::to_string(k) + " is " + std::to_string(s) +
-           " bytes, not a multiple of the item size " + std::to_string(size));
-    }
-  }
-}
-
-}  // namespace detail
-
-/// Checks that `v` holds T in N dimensions and returns the typed view of it. Throws
-/// Error(value_error), the message starting "as_array_ref(): ", when the dtype is not
-/// dtype_of<T>(), the rank is not N, T is not const and the array is read-only, the array has a
-/// mask, the pointer is not aligned for T (non-empty arrays), or a byte stride is not a
-/// multiple of sizeof(T) (axes of extent 1 and empty arrays excepted: their strides become 0).
-template <class T, int N>
-ArrayRef<T, N> as_array_ref(const View& v) {
-  static_assert(std::is_trivially_copyable_v<ArrayRef<T, N>>);
-  const DType& type = dtype_of<T>();
-  detail::ExtentArray<N> shape{}, strides{};
-  detail::check_array_ref(v, "as_array_ref()", type, sizeof(T), alignof(T), N, !std::is_const_v<T>,
-                          strides);
-  auto* data = reinterpret_cast<T*>(static_cast<std::uintptr_t>(v.ptr()));
-  if constexpr (N == 0) {
-    return ArrayRef<T, 0>(data);
-  } else {
-    for (int k = 0; k < N; ++k) shape[k] = v.shape()[k];
-    return ArrayRef<T, N>(data, shape, strides);
-  }
-}
-
-/// Any-rank helper for elementwise work: a 1-d view of the size() elements of a C-contiguous
-/// array of any rank, in row-major order. Same checks as as_array_ref() but for the rank; a
-/// non-C-contiguous array is Error(value_error).
-template <class T>
-ArrayRef<T, 1> as_flat_array_ref(const View& v) {
-  detail::check_array_ref(v, "as_flat_array_ref()", dtype_of<T>(), sizeof(T), alignof(T), -1,
-                          !std::is_const_v<T>, nullptr);
-  if (!v.layout().is_c_contiguous()) {
-    throw_error(Errc::value_error, "as_flat_array_ref(): the array is not C-contiguous (shape " +
-                                       format_dims(v.shape()) + ", strides " +
-                                       format_dims(v.strides()) + ")");
-  }
-  auto* data = reinterpret_cast<T*>(static_cast<std::uintptr_t>(v.ptr()));
-  return ArrayRef<T, 1>(data, {v.size()}, {1});
-}
 
 #if CAI_HAS_CUDA_STD_MDSPAN
 

@@ -3,6 +3,7 @@
 #include <exception>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace cai {
 
@@ -31,7 +32,10 @@ class Error : public std::exception {
   std::string message_;
 };
 
-/// Throws Error; kept out of line so that call sites stay small.
-[[noreturn]] void throw_error(Errc code, std::string message);
+/// Throws Error. A function rather than a throw expression so that call sites stay small;
+/// inline so that header-only users (extension modules, which link no cai library) have it.
+[[noreturn]] inline void throw_error(Errc code, std::string message) {
+  throw Error(code, std::move(message));
+}
 
 }  // namespace cai

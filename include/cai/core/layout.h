@@ -84,9 +84,15 @@ class Layout {
   /// Every byte of the extent belongs to an element (no gaps).
   bool is_dense() const noexcept { return cai::is_dense(shape_, strides_, itemsize_); }
 
-  /// Strides in elements (DLPack, tile arrays). Throws Errc::value_error if a byte stride is
-  /// not a multiple of the item size (any axis, even of size 1) or the item size is 0.
+  /// Strides in elements (DLPack, tile arrays, typed views) by the typed-view rule of
+  /// docs/cpp-typed-view.md: a byte stride divisible by the item size gives the quotient; an
+  /// axis on which no address depends (extent <= 1, or an empty array) gets the row-major
+  /// element stride when its byte stride is not divisible; any other non-divisible stride,
+  /// and an item size of 0, is Errc::value_error naming the axis.
   Dims element_strides() const;
+  /// The same rule without allocating or throwing: writes ndim() values to `out` and returns
+  /// true, or returns false where element_strides() would throw.
+  bool try_element_strides(std::int64_t* out) const noexcept;
 
   /// Tile-array slice: [start, stop) along `axis` (negative counts from the last), requiring
   /// 0 <= start < N and start <= stop <= N. Throws Errc::index_error.

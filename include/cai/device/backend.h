@@ -126,19 +126,14 @@ class Backend {
   /// Waits for all work on the current device.
   virtual void synchronize() = 0;
 
-  /// The simulator behind this interface, or null. Virtual (not a dynamic_cast) so that it
-  /// also answers for a backend shared from another module (see adopt_backend).
+  /// The simulator behind this interface, or null (virtual: cheaper than a dynamic_cast).
   virtual detail::SimBackend* as_simulator() noexcept { return nullptr; }
 };
 
 /// The process-wide backend: chosen once, on first use, from CAI_BACKEND ("sim", "cuda" or
-/// unset = CUDA when a driver and a device are present, else the simulator).
+/// unset = CUDA when a driver and a device are present, else the simulator). Extension modules
+/// link no cai library and reach cai._cai's through its C API (include/cai/capi.h).
 Backend& backend();
-
-/// Makes backend() return `shared` from now on in this module. Extension modules that link
-/// cai statically call it (through cai/python/capi.h) with the backend of the `cai` Python
-/// package, so that one process has one simulator or one set of CUDA contexts.
-void adopt_backend(Backend* shared) noexcept;
 
 /// Marks the process as exiting (the Python package does it from an atexit hook): from then on
 /// cai leaks device memory and events instead of freeing them, since a free waits for the work

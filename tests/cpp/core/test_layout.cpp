@@ -295,12 +295,18 @@ TEST(layout_test, element_strides) {
           Errc::value_error,
           HasSubstr("strides: axis 1 has a byte stride of 6, which is not a multiple of the item "
                     "size 4")));
-  // Strict on size-1 dims too: their stride is still exported.
+  // The typed-view rule: an axis no address depends on (extent <= 1, or an empty array)
+  // keeps a divisible stride and gets the row-major element stride otherwise.
+  EXPECT_EQ(make({1, 3}, {12, 4}, 4).element_strides(), (Dims{3, 1}));
+  EXPECT_EQ(make({1, 3}, {5, 4}, 4).element_strides(), (Dims{3, 1}));
+  EXPECT_EQ(make({0, 3}, {12, 2}, 4).element_strides(), (Dims{3, 1}));
+  EXPECT_EQ(make({2, 0, 3}, {7, 5, 3}, 4).element_strides(), (Dims{3, 3, 1}));
+  EXPECT_EQ(make({3, 1}, {4, 3}, 4).element_strides(), (Dims{1, 1}));
   EXPECT_THAT(
       [] {
-        make({1, 3}, {5, 4}, 4).element_strides();
+        make({2, 1}, {6, 4}, 4).element_strides();
       },
-      ThrowsCaiError(Errc::value_error, AllOf(HasSubstr("axis 0"), HasSubstr("byte stride of 5"))));
+      ThrowsCaiError(Errc::value_error, AllOf(HasSubstr("axis 0"), HasSubstr("byte stride of 6"))));
   EXPECT_THAT([] { make({3}, {0}, 0).element_strides(); },
               ThrowsCaiError(Errc::value_error, HasSubstr("item size of 0")));
 }

@@ -1,16 +1,20 @@
-// cai._cai.probes: test doubles that stand for other libraries, written only against the DLPack
-// ABI header, so that tests can drive cai's C exchange API as a foreign C++ consumer would, and
-// cai's consumer through a foreign producer's table.
+// _cai_probes: test doubles that stand for other libraries, written only against the DLPack
+// ABI header (no cai library, no cai internals), so that tests can drive cai's C exchange API
+// as a foreign C++ consumer would, and cai's consumer through a foreign producer's table.
+// A test-only extension (tests/ext/CMakeLists.txt); nothing of it ships.
 
+#include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
 #include <atomic>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
-#include "array.h"
-#include "cai/arrays/dlpack.h"
-#include "cai/core/error.h"
+#include <cai/core/dlpack.h>
 
-namespace cai::python {
+namespace nb = nanobind;
 
 namespace {
 
@@ -38,32 +42,37 @@ nb::dict describe(const DLTensor& t) {
   return d;
 }
 
-// A foreign producer: wraps a View and exports it only through its own exchange table.
+// A foreign producer: exports another array (a cai array) only through its own exchange
+// table, which wraps the tensors of cai's table and counts their deletions.
 struct ForeignProducer {
-  View view;
+  nb::object array;
   static inline std::atomic<int> deleted{0};
   static inline std::uint64_t work_stream = 0;  // what current_work_stream reports
 };
 
 struct ForeignCtx {
   DLManagedTensorVersioned managed{};
-  View view;
-  Dims strides;
+  DLManagedTensorVersioned* inner = nullptr;
 };
 
 int foreign_from_py_object(void* obj, DLManagedTensorVersioned** out) {
   try {
     auto* p = nb::inst_ptr<ForeignProducer>(nb::handle(static_cast<PyObject*>(obj)));
+    DLManagedTensorVersioned* inner = nullptr;
+    if (table_of(p->array)->managed_tensor_from_py_object_no_sync(p->array.ptr(), &inner) != 0)
+      return -1;
     auto* ctx = new ForeignCtx;
-    ctx->view = p->view;
-    ctx->strides = p->view.layout().element_strides();
+    ctx->inner = inner;
     ctx->managed.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
     ctx->managed.manager_ctx = ctx;
+    ctx->managed.flags = inner->flags;
+    ctx->managed.dl_tensor = inner->dl_tensor;  // borrows the inner tensor's shape and strides
     ctx->managed.deleter = [](DLManagedTensorVersioned* m) {
-      delete static_cast<ForeignCtx*>(m->manager_ctx);
+      auto* c = static_cast<ForeignCtx*>(m->manager_ctx);
+      c->inner->deleter(c->inner);
+      delete c;
       ForeignProducer::deleted.fetch_add(1);
     };
-    fill_dltensor(ctx->view, ctx->strides, ctx->managed.dl_tensor);
     *out = &ctx->managed;
     return 0;
   } catch (const std::exception& e) {
@@ -99,8 +108,8 @@ const DLPackExchangeAPI g_foreign_api = {
 
 }  // namespace
 
-void bind_probes(nb::module_& m) {
-  nb::module_ p = m.def_submodule("probes", "Test doubles for the DLPack exchange API.");
+NB_MODULE(_cai_probes, p) {
+  p.doc() = "Test doubles for the DLPack exchange API.";
 
   // cai's table, used the way a foreign C++ consumer would.
   p.def("exchange_export", [](nb::handle obj) {
@@ -141,7 +150,7 @@ void bind_probes(nb::module_& m) {
       *static_cast<std::string*>(ctx) = std::string(kind) + ": " + msg;
     };
     if (api->managed_tensor_allocator(&proto, &t, &error, set_error) != 0)
-      throw_error(Errc::value_error, "allocator failed: " + error);
+      throw nb::value_error(("allocator failed: " + error).c_str());
     void* out = nullptr;
     if (api->managed_tensor_to_py_object_no_sync(t, &out) != 0) throw nb::python_error();
     return nb::steal(static_cast<PyObject*>(out));
@@ -158,16 +167,16 @@ void bind_probes(nb::module_& m) {
   nb::class_<ForeignProducer> cls(p, "ForeignProducer");
   cls.def("__init__",
           [](ForeignProducer* self, nb::handle arr) {
-            new (self) ForeignProducer{import_view(arr, false, "ForeignProducer()")};
+            (void)table_of(arr);  // it must have one
+            new (self) ForeignProducer{nb::borrow(arr)};
           })
       .def("__dlpack__",
            [](ForeignProducer&, nb::args, nb::kwargs) -> nb::object {
-             throw_error(Errc::buffer_error, "ForeignProducer: use the C exchange API");
+             PyErr_SetString(PyExc_BufferError, "ForeignProducer: use the C exchange API");
+             throw nb::python_error();
            })
       .def_static("deleted", [] { return ForeignProducer::deleted.load(); })
       .def_static("set_work_stream", [](std::uint64_t s) { ForeignProducer::work_stream = s; });
   cls.attr("__dlpack_c_exchange_api__") = nb::steal(PyCapsule_New(
       const_cast<DLPackExchangeAPI*>(&g_foreign_api), "dlpack_exchange_api", nullptr));
 }
-
-}  // namespace cai::python
