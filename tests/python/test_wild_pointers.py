@@ -19,16 +19,10 @@ import cai
 PRELUDE = """
 import numpy as np
 import cai
-
-class Dict:
-    def __init__(self, desc, keep=None):
-        self.desc, self.keep = desc, keep
-    @property
-    def __cuda_array_interface__(self):
-        return dict(self.desc)
+from helpers import DictProducer
 
 def foreign(ptr, shape=(8,), typestr="<f8", strides=None, keep=None):
-    return Dict({"shape": shape, "typestr": typestr, "data": (ptr, False), "strides": strides,
+    return DictProducer({"shape": shape, "typestr": typestr, "data": (ptr, False), "strides": strides,
                  "version": 3, "stream": None}, keep)
 
 def refused(fn, *parts):
@@ -47,7 +41,9 @@ NOT_BACKEND_MEMORY = {"sim": "is not in any allocation of the simulator",
 
 
 def run(code, backend):
-    env = dict(os.environ, CAI_BACKEND=backend)
+    here = os.path.dirname(os.path.abspath(__file__))  # for helpers.py
+    env = dict(os.environ, CAI_BACKEND=backend,
+               PYTHONPATH=os.pathsep.join([here] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     r = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"exit code {r.returncode}\n{r.stdout}\n{r.stderr}"

@@ -179,28 +179,13 @@ struct alignas(16) Word16 {
   std::uint64_t lo, hi;
 };
 
+/// The unsigned word of W bytes (W = 1, 2, 4, 8, 16).
 template <int W>
-struct word;
-template <>
-struct word<1> {
-  using type = std::uint8_t;
-};
-template <>
-struct word<2> {
-  using type = std::uint16_t;
-};
-template <>
-struct word<4> {
-  using type = std::uint32_t;
-};
-template <>
-struct word<8> {
-  using type = std::uint64_t;
-};
-template <>
-struct word<16> {
-  using type = Word16;
-};
+using word_t = std::conditional_t<
+    W == 1, std::uint8_t,
+    std::conditional_t<W == 2, std::uint16_t,
+                       std::conditional_t<W == 4, std::uint32_t,
+                                          std::conditional_t<W == 8, std::uint64_t, Word16>>>>;
 
 namespace data {
 
@@ -208,7 +193,7 @@ namespace data {
 struct copy {
   template <int W>
   CAI_HOST_DEVICE static void item(char* const* p, const char* /*value*/, int words) {
-    using T = typename word<W>::type;
+    using T = word_t<W>;
     for (int w = 0; w < words; ++w) store<T>(p[0] + w * W, load<T>(p[1] + w * W));
   }
 };
@@ -217,7 +202,7 @@ struct copy {
 struct fill {
   template <int W>
   CAI_HOST_DEVICE static void item(char* const* p, const char* value, int words) {
-    using T = typename word<W>::type;
+    using T = word_t<W>;
     for (int w = 0; w < words; ++w) store<T>(p[0] + w * W, load<T>(value + w * W));
   }
 };
