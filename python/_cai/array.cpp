@@ -442,7 +442,7 @@ void bind_array(nb::module_& m) {
           auto s = stream_arg(stream, "device_array()", library_default_stream());
           return wrap(allocate_like(std::move(t), dims, strides, order == "F", s), dt);
         }),
-        nb::arg("shape"), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
+        nb::arg("shape").none(), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
         nb::arg("strides") = nb::none(), nb::arg("order") = "C", nb::arg("stream").none() = 0,
         "A new uninitialized device array; `stream` becomes its default stream.");
   m.def("device_array_like", exit_safe([](nb::handle ary, nb::handle stream) {

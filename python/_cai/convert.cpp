@@ -25,7 +25,13 @@ nb::object as_int(nb::handle o, std::string_view what, std::string_view expected
   if (!is_integer(o)) throw_key_type_error(what, type_name_of(o), expected);
   // __index__ is Python code: a daemon thread ended inside it at exit parks (common.h).
   PyObject* i = call_python([&] { return PyNumber_Index(o.ptr()); });
-  if (!i) throw nb::python_error();
+  if (!i) {
+    // An ndarray of more than one element has __index__ but is no integer: say what was
+    // expected. Other exceptions of __index__ are the object's own and propagate.
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
+    PyErr_Clear();
+    throw_key_type_error(what, type_name_of(o), expected);
+  }
   return nb::steal(i);
 }
 

@@ -30,6 +30,8 @@ class Array:
 
     def _element_strides(self):
         d = self._data
+        if d.itemsize == 0:
+            raise ValueError("Array: item size 0 (dtype %s): element strides are undefined" % d.dtype)
         out = []
         for axis, s in enumerate(d.strides):
             if s % d.itemsize:
