@@ -29,8 +29,9 @@ nb::object as_int(nb::handle o, std::string_view what, std::string_view expected
     // An ndarray of more than one element has __index__ but is no integer: say what was
     // expected. Other exceptions of __index__ are the object's own and propagate.
     if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
-    PyErr_Clear();
-    throw_key_type_error(what, type_name_of(o), expected);
+    nb::python_error e;  // fetches it
+    throw_error(Errc::type_error, std::string(what) + ": expected " + std::string(expected) +
+                                      ", got " + type_name_of(o) + " (" + e.what() + ")");
   }
   return nb::steal(i);
 }
