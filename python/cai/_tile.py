@@ -1,4 +1,4 @@
-"""cai.Array: the tile-style global array (SPEC.md section 2) over any DLPack or CAI object."""
+"""cai.Array: the tile-style global array (docs/dlpack.md, "cai.Array") over any DLPack or CAI object."""
 
 from . import _cai
 

@@ -2,7 +2,7 @@
 
 // Layer 4: ArrayRef<T, N>, a typed strided view for hot loops on the host and in kernels.
 // It holds a pointer, N extents and N strides in ELEMENTS (the tile-array convention of
-// SPEC.md section 2), owns nothing, knows nothing of devices or streams, and is trivially
+// docs/dlpack.md, "cai.Array"), owns nothing, knows nothing of devices or streams, and is trivially
 // copyable so that it goes to a __global__ function by value. as_array_ref() makes one from a
 // View after checking that T matches what the View holds. With CCCL on the include path
 // (the CUDA toolkit's include/cccl), to_mdspan() gives the standard cuda::std::mdspan.
