@@ -44,6 +44,39 @@ class Producer:
         return dict(self._desc)
 
 
+class CudaStream:
+    """A foreign stream object (cuda.core's __cuda_stream__ protocol) written in Python."""
+
+    def __init__(self, handle=1):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+class Index:
+    """An integer through __index__ only (Python code that cai runs while reading)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+
+class Owner:
+    """Owns device memory and uses cai in its finalizer."""
+
+    def __init__(self):
+        import cai
+        self.cai = cai
+        self.arr = cai.to_device(np.arange(8))
+
+    def __del__(self):
+        self.cai.ops.fill(self.arr, 0)
+        self.arr.copy_to_host()
+
+
 def host_bytes(arr):
     """The raw bytes of a NumPy array in C order (compares NaNs exactly). Structured types
     give the bytes of each field: NumPy itself does not preserve padding bytes when it copies."""

@@ -6,7 +6,7 @@ with queued (delayed) work, arrays held by threads, finalizers that use cai. The
 must exit with status 0, promptly (queued work is dropped, not waited for), with nothing on
 stderr: no crash, no "Exception ignored", and no "leaked" report from nanobind.
 
-The producer classes live in a helper module (written to a temporary folder); two scenarios
+The producer classes come from tests/python/helpers.py; two scenarios
 define theirs in __main__, where the class, its module's globals and an imported array form a
 cycle that the garbage collector must see through the cai array (DeviceNDArray's tp_traverse).
 Daemon threads stopped at exit inside cai calls that run Python code (a producer's __dlpack__,
@@ -25,51 +25,12 @@ import pytest  # noqa: E402
 
 from helpers import run_isolated, run_isolated_many  # noqa: E402
 
-HELPERS = """
-import numpy as np
-import cai
-
-class Producer:
-    def __init__(self, desc, keep=None):
-        self.desc, self.keep = desc, keep
-    @property
-    def __cuda_array_interface__(self):
-        return dict(self.desc)
-
-class DLWrapper:
-    def __init__(self, arr):
-        self.arr = arr
-    def __dlpack__(self, **kw):
-        return self.arr.__dlpack__(**kw)
-    def __dlpack_device__(self):
-        return self.arr.__dlpack_device__()
-
-class CudaStream:
-    # A foreign stream object (cuda.core's protocol), implemented in Python.
-    def __cuda_stream__(self):
-        return (0, 1)
-
-class Index:
-    def __init__(self, value):
-        self.value = value
-    def __index__(self):
-        return self.value
-
-class Owner:
-    # Owns device memory and uses cai in its finalizer.
-    def __init__(self):
-        self.arr = cai.to_device(np.arange(8))
-    def __del__(self):
-        cai.ops.fill(self.arr, 0)
-        self.arr.copy_to_host()
-"""
-
 PRELUDE = """
 import os, sys, threading, time
 os.environ["CAI_BACKEND"] = "sim"
 import numpy as np
 import cai
-from shutdown_helpers import Producer, DLWrapper, Owner, CudaStream, Index
+from helpers import DictProducer as Producer, DLWrapper, Owner, CudaStream, Index
 
 src = cai.to_device(np.arange(24, dtype=np.float32).reshape(4, 6))
 """
@@ -226,16 +187,12 @@ CALLBACK_SCENARIOS = {
 }
 RUNS = 10
 
-@pytest.fixture(scope="module")
-def helpers_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("shutdown")
-    (d / "shutdown_helpers.py").write_text(HELPERS)
-    return d
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(code, helpers_dir, timeout=60):
+def run(code, timeout=60):
     t0 = time.monotonic()
-    r = run_isolated(PRELUDE + textwrap.dedent(code), timeout=timeout, pythonpath=[helpers_dir])
+    r = run_isolated(PRELUDE + textwrap.dedent(code), timeout=timeout, pythonpath=[HERE])
     return r, time.monotonic() - t0
 
 
@@ -257,28 +214,28 @@ SLOW = {"pending-delayed-stream-work": 8.0, "pending-work-on-default-streams": 8
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_exit_with_live_objects(name, helpers_dir):
-    r, took = run(SCENARIOS[name], helpers_dir)
+def test_exit_with_live_objects(name):
+    r, took = run(SCENARIOS[name])
     check_clean_exit(r, took, limit=SLOW.get(name, 4.0))
 
 
 @pytest.mark.parametrize("name", sorted(DAEMON_SCENARIOS))
-def test_exit_with_daemon_threads_inside_cai(name, helpers_dir):
-    r, took = run(DAEMON.format(op=DAEMON_SCENARIOS[name]), helpers_dir)
+def test_exit_with_daemon_threads_inside_cai(name):
+    r, took = run(DAEMON.format(op=DAEMON_SCENARIOS[name]))
     check_clean_exit(r, took, allow_leaks=True)
 
 
 @pytest.mark.parametrize("name", sorted(CALLBACK_SCENARIOS))
-def test_exit_with_daemon_threads_inside_python_callbacks(name, helpers_dir):
+def test_exit_with_daemon_threads_inside_python_callbacks(name):
     code = PRELUDE + textwrap.dedent(DAEMON.format(op=CALLBACK_SCENARIOS[name]))
-    results = run_isolated_many(code, RUNS, pythonpath=[helpers_dir])
+    results = run_isolated_many(code, RUNS, pythonpath=[HERE])
     failed = [r for r in results if r.returncode != 0 or "Fatal Python error" in r.stderr
               or "terminate called" in r.stderr]
     assert not failed, (f"{len(failed)} of {RUNS} runs failed; exit code "
                         f"{failed[0].returncode}\n{failed[0].stderr[-3000:]}")
 
 
-def test_exit_does_not_wait_for_delayed_work(helpers_dir):
+def test_exit_does_not_wait_for_delayed_work():
     """docs/simulator.md: queued work is dropped at exit, even behind a long delay and with the
     array that uses it still alive (its memory is not freed, so nothing waits)."""
     r, took = run("""
@@ -286,16 +243,16 @@ def test_exit_does_not_wait_for_delayed_work(helpers_dir):
         cai.sim.delay(s, 6.0)
         a = cai.device_array((16,), stream=s)
         cai.ops.fill(a, 1.0)
-        """, helpers_dir)
+        """)
     check_clean_exit(r, took, limit=3.0)
 
 
-def test_all_scenarios_in_one_process(helpers_dir):
+def test_all_scenarios_in_one_process():
     """Everything at once (the order of teardown differs from the single scenarios). The
     finalizer scenario is left out: here its __del__ runs after sys.modules is cleared, where
     NumPy's scalar conversion cannot import anymore (a Python limit, not cai's)."""
     skip = ("sys-exit-from-main", "finalizers-that-use-cai")
     code = "\n".join(textwrap.dedent(c).replace("del src", "pass")
                      for n, c in sorted(SCENARIOS.items()) if n not in skip)
-    r, took = run(code, helpers_dir)
+    r, took = run(code)
     check_clean_exit(r, took, limit=12.0)
