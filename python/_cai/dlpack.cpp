@@ -4,6 +4,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/tuple.h>
 
+#include <array>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -112,9 +113,10 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
       to_host = true;
     } else if (type != here.device_type || id != here.device_id) {
       throw_error(Errc::buffer_error,
-                  "__dlpack__(): dl_device=(" + std::to_string(type) + ", " + std::to_string(id) +
-                      ") is not where the array lives (" + std::to_string(here.device_type) + ", " +
-                      std::to_string(here.device_id) + ") and cai copies only to the CPU");
+                  "__dlpack__(): dl_device=" + format_dims(std::array<std::int64_t, 2>{type, id}) +
+                      " is not where the array lives " +
+                      format_dims(std::array<std::int64_t, 2>{here.device_type, here.device_id}) +
+                      " and cai copies only to the CPU");
     }
   }
 

@@ -53,7 +53,8 @@ def test_interop_quick(tmp_path):
     assert "![median ns per call](b.svg)" in text
     w, h, bars = read_svg(svg)
     assert w > 100 and h > 100
-    assert bars > 2 * len([k for k in rows if rows[k]["cai"]])    # background + legend + bars
+    # background + 2 legend keys + one bar per measured case
+    assert bars == 3 + sum(bool(r["cai"]) + bool(r["peer"]) for r in rows.values())
 
 
 def test_markdown_keeps_hand_written_parts(tmp_path):
