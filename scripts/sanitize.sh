@@ -59,7 +59,7 @@ configure_and_build() {
 build_all_layers_thread_test() {
   local dir=$1 flags=$2 out=$3
   # shellcheck disable=SC2086
-  $CXX -std=c++20 $flags -DCAI_SIM_THREADS_ALL_LAYERS -I"$ROOT/include" -I"$ROOT/src" \
+  ${CMAKE_CXX_COMPILER_LAUNCHER:-} $CXX -std=c++20 $flags -DCAI_SIM_THREADS_ALL_LAYERS -I"$ROOT/include" -I"$ROOT/src" \
     -I"$ROOT/tests/cpp/device" "$ROOT/tests/cpp/device/test_sim_threads.cpp" \
     "$dir/src/arrays/libcai_arrays.a" "$dir/src/sync/libcai_sync.a" \
     "$dir/src/device/libcai_device.a" "$dir/src/core/libcai_core.a" \
@@ -119,7 +119,7 @@ step_asan_python() {
   local asan_rt
   asan_rt="$($CXX -print-file-name=libasan.so) $($CXX -print-file-name=libstdc++.so)"
   local log=$LOGS/asan-pytest.log rc
-  echo "== asan-python: pytest tests/python with $asan_rt preloaded (log: $log)"
+  echo "== asan-python: pytest ${SANITIZE_PYTEST:-tests/python} with $asan_rt preloaded (log: $log)"
   # The suite spawns subprocesses (shutdown, isolation): they inherit the preload.
   # shellcheck disable=SC2086
   LD_PRELOAD="$asan_rt" PYTHONMALLOC=malloc CAI_SANITIZED=asan CAI_BACKEND=sim \
