@@ -157,17 +157,18 @@ bool same_owner(const std::shared_ptr<const void>& a, const std::shared_ptr<cons
   return !a.owner_before(b) && !b.owner_before(a);
 }
 
-View with_own_python_owner(const View& v) {
+View with_own_python_owner(View v) {
   std::shared_ptr<const View> mask = v.mask();
   if (mask) {
     View own_mask = with_own_python_owner(*mask);
     if (!same_owner(own_mask.owner(), mask->owner()))
       mask = std::make_shared<const View>(std::move(own_mask));
   }
-  std::shared_ptr<const void> owner = v.owner();
-  if (PyObject* o = kept_object(owner); o && owner.use_count() > 1) owner = keep_alive(o);
-  if (same_owner(owner, v.owner()) && mask == v.mask()) return v;
-  View out(v.ptr(), v.dtype(), v.layout(), v.readonly(), v.sync(), std::move(owner));
+  PyObject* o = kept_object(v.owner());
+  const bool new_owner = o && v.owner().use_count() > 1;
+  if (!new_owner && mask == v.mask()) return v;  // the usual case: an import, moved through
+  View out(v.ptr(), v.dtype(), v.layout(), v.readonly(), v.sync(),
+           new_owner ? keep_alive(o) : v.owner());
   out.set_mask(std::move(mask));
   return out;
 }
@@ -212,18 +213,32 @@ PyType_Slot g_array_slots[] = {{Py_tp_traverse, (void*)array_traverse},
 }  // namespace
 
 PyArray::~PyArray() {
-  std::shared_ptr<const void> owner = view.owner();
-  view = View();  // with the GIL: the Python owners of the stream and the mask
-  if (owner.use_count() == 1 && !kept_object(owner) && !device::exiting() && !py_finalizing()) {
-    NoGil nogil;  // the free may wait for streams still using the memory
-    owner.reset();
+  const auto& owner = view.owner();
+  if (owner.use_count() != 1 || kept_object(owner) || device::exiting() || py_finalizing())
+    return;  // nothing is freed here, or nothing waits: the members go as usual
+  // The free waits only while work is queued on the array's stream (every stream that touched
+  // the memory is ordered before it: docs/architecture.md). Only then is the GIL released:
+  // releasing it for every free would make a deleter that needs it take it back.
+  bool busy = false;
+  if (const auto s = view.sync()->stream()) {
+    try {
+      busy = !device::backend().stream_query(s->handle);
+    } catch (const std::exception&) {
+      busy = false;  // not a stream the backend knows: nothing of ours is queued on it
+    }
   }
+  if (!busy) return;
+  std::shared_ptr<const void> last = owner;
+  view = View();  // with the GIL: the Python owners of the stream and the mask
+  NoGil nogil;    // the free waits for the streams still using the memory
+  last.reset();
 }
 
 nb::object wrap(View view, nb::object np_dtype) {
   // Construct in place in the new instance: no temporary PyArray to move from.
   nb::object obj = nb::inst_alloc(g_array_type);
-  new (nb::inst_ptr<PyArray>(obj)) PyArray(with_own_python_owner(view), std::move(np_dtype));
+  new (nb::inst_ptr<PyArray>(obj))
+      PyArray(with_own_python_owner(std::move(view)), std::move(np_dtype));
   nb::inst_mark_ready(obj);
   return obj;
 }

@@ -156,8 +156,13 @@ struct ReleasePyObject {
     // nb::is_alive(), not Py_IsInitialized(): the latter is already false while modules are
     // torn down at exit, which leaked every imported producer (nanobind reported the leaks).
     if (!nb::is_alive()) return;
+    PyObject* o = static_cast<PyObject*>(const_cast<void*>(p));
+    if (PyGILState_Check()) {  // the usual case: released from Python code
+      Py_DECREF(o);
+      return;
+    }
     WithGil gil;
-    Py_DECREF(static_cast<PyObject*>(const_cast<void*>(p)));
+    Py_DECREF(o);
   }
 };
 
