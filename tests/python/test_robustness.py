@@ -270,7 +270,7 @@ def test_bool_of_other_sizes_is_ambiguous(shape):
 # ----- 16, 17. clear errors ------------------------------------------------------------------------
 
 def test_item_size_zero_in_cai_array():
-    with pytest.raises(ValueError, match="item size 0"):
+    with pytest.raises(ValueError, match="item size (of )?0"):
         cai.Array(cai.device_array(3, dtype="V0"))
 
 
