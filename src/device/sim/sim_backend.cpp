@@ -810,9 +810,11 @@ float SimBackend::event_elapsed_ms(EventHandle start, EventHandle end) {
 // Simulator-only controls.
 
 void SimBackend::delay(StreamHandle s, double seconds) {
-  if (!(seconds >= 0) || !std::isfinite(seconds)) {
-    throw_error(Errc::value_error,
-                "delay(): seconds must be finite and >= 0, got " + std::to_string(seconds));
+  // At most an hour: a longer pause is a unit mistake, not a test (and 1e20 s would overflow
+  // the clock and pause for nothing).
+  if (!(seconds >= 0) || !(seconds <= 3600)) {
+    throw_error(Errc::value_error, "delay(): seconds must be in [0, 3600], got " +
+                                       std::to_string(seconds));
   }
   submit(s, "delay", {}, {}, {}, seconds);
 }
