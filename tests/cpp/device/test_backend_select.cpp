@@ -9,14 +9,15 @@
 
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
+#include "cai_matchers.h"
 #include "device/backend_select.h"
 #include "test_sim_util.h"
 
 namespace cai::device {
 namespace {
 
-using test::HasSubstr;
-using test::ThrowsCaiError;
+using cai::test::ThrowsCaiError;
+using ::testing::HasSubstr;
 
 TEST(backend_select, sim) {
   auto b = detail::select_backend("sim");

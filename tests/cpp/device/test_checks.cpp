@@ -6,15 +6,16 @@
 
 #include <limits>
 
+#include "cai_matchers.h"
 #include "test_sim_util.h"
 
 namespace cai::device::detail {
 namespace {
 
+using cai::test::ThrowsCaiError;
 using test::dense;
-using test::HasSubstr;
 using test::operand;
-using test::ThrowsCaiError;
+using ::testing::HasSubstr;
 
 TEST(device_checks, stream_handle_zero_is_rejected) {
   EXPECT_THAT(

@@ -16,6 +16,7 @@
 
 #include "cai/core/error.h"
 #include "cai/device/backend.h"
+#include "cai_matchers.h"
 #include "device/checks.h"
 #include "device/cuda/cuda_backend.h"
 #include "device/kernels/cpu.h"
@@ -30,10 +31,10 @@ using cai::Errc;
 using cai::Error;
 using cai::Layout;
 using namespace cai::device;
+using cai::test::ThrowsCaiError;
 using test::dense;
-using test::HasSubstr;
 using test::operand;
-using test::ThrowsCaiError;
+using ::testing::HasSubstr;
 
 bool driver_library_present() {
   void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cai/device/simulator.h"
+#include "cai_matchers.h"
 #include "device/checks.h"
 #include "device/sim/sim_backend.h"
 #include "test_sim_util.h"
@@ -18,8 +19,8 @@
 namespace cai::device::detail {
 namespace {
 
-using test::HasSubstr;
-using test::ThrowsCaiError;
+using cai::test::ThrowsCaiError;
+using ::testing::HasSubstr;
 
 using test::addr;
 using test::dense;

@@ -4,14 +4,15 @@
 
 #include <vector>
 
+#include "cai_matchers.h"
 #include "device/sim/race_detector.h"
 #include "test_sim_util.h"
 
 namespace cai::device::detail {
 namespace {
 
-using test::HasSubstr;
-using test::ThrowsCaiError;
+using cai::test::ThrowsCaiError;
+using ::testing::HasSubstr;
 
 bool same(const std::vector<AccessRun>& a, const std::vector<AccessRun>& b) {
   if (a.size() != b.size()) return false;
@@ -60,7 +61,7 @@ class RaceDetectorTest : public ::testing::Test {
 
 TEST_F(RaceDetectorTest, unordered_writes_race_ordered_do_not) {
   d.check_and_record(w(0x1000, 0x1040), s1, at(s1, 1), "copy_async");
-  const std::string msg = test::error_message(
+  const std::string msg = cai::test::error_message(
       [&] { d.check_and_record(w(0x1020, 0x1080), s2, at(s2, 1), "add_async"); }, Errc::race);
   EXPECT_EQ(msg,
             "race: add_async on stream B writes [0x1020+32) while copy_async on stream A (not "
@@ -76,8 +77,8 @@ TEST_F(RaceDetectorTest, reads_never_race_with_reads) {
   EXPECT_THAT(
       [&] { d.check_and_record(w(0, 10), s2, at(s2, 2), "c"); },
       ThrowsCaiError(Errc::race, HasSubstr("c on stream B writes [0x0+10) while a on stream A")));
-  const std::string msg =
-      test::error_message([&] { d.check_and_record(w(60, 70), s1, at(s1, 2), "d"); }, Errc::race);
+  const std::string msg = cai::test::error_message(
+      [&] { d.check_and_record(w(60, 70), s1, at(s1, 2), "d"); }, Errc::race);
   EXPECT_TRUE(test::contains(msg, "while b on stream B")) << msg;
   d.check_and_record(w(0, 150), s1, at(s1, 2, {0, 1}), "e");
 }
@@ -99,7 +100,7 @@ TEST_F(RaceDetectorTest, lists_every_conflict_and_merges_adjacent_pieces) {
   d.check_and_record(w(0, 4), s1, at(s1, 1), "x");
   d.check_and_record(w(4, 8), s1, at(s1, 2), "y");
   d.check_and_record(r(16, 24), s2, at(s2, 1), "z");
-  const std::string msg = test::error_message(
+  const std::string msg = cai::test::error_message(
       [&] {
         d.check_and_record(std::vector<AccessRun>{{0, 8, true}, {16, 24, true}}, s3, at(s3, 1),
                            "big");
@@ -130,8 +131,8 @@ TEST_F(RaceDetectorTest, each_access_keeps_the_label_of_who_made_it) {
   d.check_and_record(w(0, 8), s1, at(s1, 1), "old");
   const auto reused = who(0, "stream D");
   d.check_and_record(w(8, 16), reused, at(reused, 2), "new");
-  const std::string msg =
-      test::error_message([&] { d.check_and_record(w(0, 16), s2, at(s2, 1), "x"); }, Errc::race);
+  const std::string msg = cai::test::error_message(
+      [&] { d.check_and_record(w(0, 16), s2, at(s2, 1), "x"); }, Errc::race);
   EXPECT_TRUE(test::contains(msg, "while old on stream A")) << msg;
   EXPECT_TRUE(test::contains(msg, "while new on stream D")) << msg;
 }

@@ -8,14 +8,15 @@
 #include <vector>
 
 #include "cai/device/simulator.h"
+#include "cai_matchers.h"
 #include "device/sim/sim_backend.h"
 #include "test_sim_util.h"
 
 namespace cai::device::detail {
 namespace {
 
-using test::HasSubstr;
-using test::ThrowsCaiError;
+using cai::test::ThrowsCaiError;
+using ::testing::HasSubstr;
 
 using test::addr;
 
@@ -52,7 +53,7 @@ class SimRaceTest : public ::testing::Test {
 TEST_F(SimRaceTest, missing_wait_is_a_race) {
   write(buf, s1);
   const std::uint64_t b = buf;
-  const std::string msg = test::error_message(
+  const std::string msg = cai::test::error_message(
       [&] {
         const Operand ops[] = {test::dense(b, {16}, 4), test::dense(b, {16}, 4),
                                test::dense(b, {16}, 4)};
@@ -198,7 +199,7 @@ TEST_F(SimRaceTest, per_thread_default_stream_and_legacy_stream) {
   // Another thread's per-thread stream is another stream, not ordered with the first.
   std::string msg;
   std::thread([&] {
-    msg = test::error_message([&] { write(b + 64, kPerThreadDefaultStream); }, Errc::race);
+    msg = cai::test::error_message([&] { write(b + 64, kPerThreadDefaultStream); }, Errc::race);
   }).join();
   EXPECT_TRUE(test::contains(msg,
                              "while memset_async on per-thread default stream of host "
@@ -229,7 +230,7 @@ TEST_F(SimRaceTest, interleaved_even_and_odd_views_do_not_race) {
   sim->fill_async(test::operand(buf, {32}, {8}, 4), &one, s1);      // even elements
   sim->fill_async(test::operand(buf + 4, {32}, {8}, 4), &one, s2);  // odd elements
   // All elements overlap both.
-  const std::string msg = test::error_message(
+  const std::string msg = cai::test::error_message(
       [&] { sim->fill_async(test::dense(buf, {64}, 4), &one, nb); }, Errc::race);
   EXPECT_TRUE(test::contains(msg, "fill_async on stream " + hex(s1))) << msg;
   EXPECT_TRUE(test::contains(msg, "fill_async on stream " + hex(s2))) << msg;
@@ -240,7 +241,7 @@ TEST_F(SimRaceTest, a_column_and_a_row_share_one_element) {
   // 4x4 i32 matrix: row 1 on s1, column 2 on s2: they meet at (1, 2).
   const std::int32_t v = 3;
   sim->fill_async(test::operand(buf + 16, {4}, {4}, 4), &v, s1);
-  const std::string msg = test::error_message(
+  const std::string msg = cai::test::error_message(
       [&] { sim->fill_async(test::operand(buf + 8, {4}, {16}, 4), &v, s2); }, Errc::race);
   EXPECT_TRUE(test::contains(msg, "writes [" + hex(buf + 24) + "+4) while")) << msg;
   // Column 2 of rows 2-3 does not meet row 1.
