@@ -396,7 +396,9 @@ void SimBackend::run_pool() {
     if (sleeping_.empty()) {
       pool_cv_.wait(lk);
     } else {
-      pool_cv_.wait_until(lk, sleeping_.begin()->first);
+      // A copy: wait_until reads the deadline again after waking, when the entry may be gone.
+      const TimePoint deadline = sleeping_.begin()->first;
+      pool_cv_.wait_until(lk, deadline);
     }
     --idle_;
     if (claimed_ > 0) --claimed_;
