@@ -1,0 +1,128 @@
+"""Arrays leaving the process (docs/scale-out.md): pickling and copy.deepcopy of
+DeviceNDArray, the lazy registration of Dask serializers, and the exit-time warning about
+memory still shared with other processes.
+
+Pickling copies to the host (as Numba and CuPy do): the receiver gets a new device array with
+the same shape, dtype and values on its current device. The host copy is a NumPy array, so
+protocol 5 sends it out of band (pickle.PickleBuffer) without another copy. Importing
+cai.multiprocessing makes multiprocessing send arrays as IPC handles instead (no copy).
+"""
+
+import atexit
+import importlib.abc
+import sys
+import warnings
+
+from . import _cai
+from ._cai import DeviceNDArray
+
+
+def _host_copy(arr):
+    """The values of `arr` in a NumPy array, Fortran-ordered when `arr` is (a transposed
+    copy costs nothing more), else C-ordered."""
+    if arr.ndim > 1 and arr.is_f_contiguous() and not arr.is_c_contiguous():
+        return arr.T.copy_to_host().T
+    return arr.copy_to_host()
+
+
+def _rebuild(host, mask=None):
+    """Unpickles a DeviceNDArray: a new array on the current device."""
+    arr = _cai.to_device(host)
+    if mask is None:
+        return arr
+    mask_arr = _cai.to_device(mask)
+    desc = dict(arr.__cuda_array_interface__)
+    desc["mask"] = mask_arr
+    return _cai.from_cuda_array_interface(desc, owner=(arr, mask_arr))
+
+
+def _reduce_ex(self, protocol):
+    mask = self.mask
+    args = (_host_copy(self),) if mask is None else (_host_copy(self), _host_copy(mask))
+    return (_rebuild, args)
+
+
+def _deepcopy(self, memo=None):
+    """A device-to-device copy on the array's own device (no host round trip)."""
+    if self.mask is not None:
+        return _rebuild(*_reduce_ex(self, 5)[1])
+    with self.device:
+        return _cai.to_device(self)
+
+
+DeviceNDArray.__reduce_ex__ = _reduce_ex
+DeviceNDArray.__deepcopy__ = _deepcopy
+DeviceNDArray.__copy__ = _deepcopy
+
+
+# Dask: serializers registered when distributed.protocol is imported, never importing it here.
+
+def _register_dask():
+    from . import _dask
+
+    _dask.register()
+
+
+class _DaskHook(importlib.abc.MetaPathFinder):
+    """Registers cai's serializers right after `distributed.protocol` is imported."""
+
+    _name = "distributed.protocol"
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self._name:
+            return None
+        # Find the real spec with the other finders, then run our registration after it loads.
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+
+        def exec_then_register(module):
+            exec_module(module)
+            _uninstall_hook()
+            _register_dask()
+
+        loader.exec_module = exec_then_register
+        return spec
+
+
+_hook = _DaskHook()
+
+
+def _uninstall_hook():
+    try:
+        sys.meta_path.remove(_hook)
+    except ValueError:
+        pass
+
+
+if _DaskHook._name in sys.modules:
+    _register_dask()
+else:
+    sys.meta_path.insert(0, _hook)
+
+
+@atexit.register
+def _warn_shared_at_exit():
+    in_use = _cai._ipc_exports_in_use()
+    if in_use:
+        warnings.warn(
+            f"cai: this process exits while {in_use} device allocation(s) it shared are still "
+            "open in other processes. On the simulator they stay valid there; with CUDA, "
+            "importers may lose access (keep the exporting process alive until they close).",
+            RuntimeWarning,
+            stacklevel=1,
+        )
+
+
+def _ipc_handle(*fields):
+    """Unpickles a cai.IpcHandle (a Python function: pickle refers to it by name)."""
+    return _cai._ipc_handle(*fields)
