@@ -10,8 +10,11 @@ cai.multiprocessing makes multiprocessing send arrays as IPC handles instead (no
 
 import atexit
 import importlib.abc
+import pickle
 import sys
 import warnings
+
+import numpy as np
 
 from . import _cai
 from ._cai import DeviceNDArray
@@ -25,21 +28,38 @@ def _host_copy(arr):
     return arr.copy_to_host()
 
 
-def _rebuild(host, mask=None):
+def _host_state(arr, protocol):
+    """What a pickle carries: the bytes (out of band with protocol 5), shape, dtype, order.
+    The dtype travels on its own: NumPy's own array pickling drops a big-endian byte order."""
+    host = _host_copy(arr)
+    fortran = host.ndim > 1 and not host.flags.c_contiguous
+    dense = host.T if fortran else host       # C-contiguous either way
+    data = pickle.PickleBuffer(dense) if protocol >= 5 else dense.tobytes()
+    return data, arr.shape, arr.dtype, fortran
+
+
+def _host_array(data, shape, dtype, fortran):
+    if dtype.itemsize == 0 or 0 in shape:
+        return np.zeros(shape, dtype)
+    flat = np.frombuffer(data, dtype=dtype)
+    return flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape)
+
+
+def _rebuild(data, shape, dtype, fortran, mask=None):
     """Unpickles a DeviceNDArray: a new array on the current device."""
-    arr = _cai.to_device(host)
+    arr = _cai.to_device(_host_array(data, shape, dtype, fortran))
     if mask is None:
         return arr
-    mask_arr = _cai.to_device(mask)
+    mask_arr = _rebuild(*mask)
     desc = dict(arr.__cuda_array_interface__)
     desc["mask"] = mask_arr
     return _cai.from_cuda_array_interface(desc, owner=(arr, mask_arr))
 
 
 def _reduce_ex(self, protocol):
+    state = _host_state(self, protocol)
     mask = self.mask
-    args = (_host_copy(self),) if mask is None else (_host_copy(self), _host_copy(mask))
-    return (_rebuild, args)
+    return (_rebuild, state if mask is None else state + (_host_state(mask, protocol),))
 
 
 def _deepcopy(self, memo=None):

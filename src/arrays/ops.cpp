@@ -159,7 +159,7 @@ void add(const View& out, const View& a, const View& b, const sync::StreamRef& s
   require_same_dtype(out, b, entry, "out", "b");
   const ElementType type = element_type(out.dtype(), entry);
   if (out.size() == 0) return;
-  const OperationDevice on(entry, {{"out", &out}, {"a", &a}, {"b", &b}}, stream);
+  const OperationDevice on(entry, {{"a", &a}, {"b", &b}, {"out", &out}}, stream);
   auto& backend = device::backend();
   sync::StreamOrder order(backend, stream);
   order.add(*out.sync());

@@ -56,6 +56,10 @@ class Child:
         return self
 
     def __exit__(self, *exc):
+        # Closing the pipe ends a child waiting for a command (EOFError); one that hangs is
+        # killed.
+        self.conn.close()
+        self.process.join(TIMEOUT)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
@@ -64,6 +68,8 @@ class Child:
 def _entry(target, conn, *args):
     try:
         target(conn, *args)
+    except EOFError:
+        pass  # the test closed the pipe: done
     except BaseException:  # noqa: BLE001 - reported to the test
         conn.send(("error", traceback.format_exc()))
 
@@ -226,3 +232,12 @@ def forward(q_in, q_out):
     arr = q_in.get()
     q_out.put(arr)
     q_in.get()  # keep it until told
+
+
+def add_one(arr, q_out):
+    """A process target taking an array argument: adds 1 in place, then says "done"."""
+    import cai
+
+    cai.ops.add(arr, cai.to_device(np.ones(arr.shape, arr.dtype)), arr)
+    arr.synchronize()
+    q_out.put("done")
