@@ -69,7 +69,8 @@ def test_mpiexec_two_ranks_exchange_cai_arrays(tmp_path):
     r = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(script)],
                        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert sorted(r.stdout.split("\n"))[-2:] == ["rank 0 ok", "rank 1 ok"], r.stdout
+    # mpiexec forwards each rank's output as it comes: the lines may interleave.
+    assert "rank 0 ok" in r.stdout and "rank 1 ok" in r.stdout, r.stdout
 
 
 def test_mpi4py_reads_cai_arrays_as_buffers():
