@@ -82,3 +82,12 @@ def test_mpi4py_reads_cai_arrays_as_buffers():
     arr = cai.to_device(np.arange(6, dtype=np.float32))[1:5]
     buf = MPI.buffer(arr)                     # what comm.Send(arr, ...) hands to MPI
     assert buf.address == arr.ptr and buf.nbytes == arr.nbytes
+
+
+def test_scale_out_benchmark_smoke():
+    """bench/scale_out.py --quick (tiny sizes): the benchmark cannot rot."""
+    script = Path(__file__).resolve().parents[2] / "bench" / "scale_out.py"
+    r = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True,
+                       timeout=300, env=os.environ | {"CAI_BACKEND": "sim"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("| 1 KiB |") == 2, r.stdout
