@@ -60,17 +60,6 @@ int device_arg(nb::handle obj, const char* entry) {
   return static_cast<int>(id);
 }
 
-std::string uuid_text(const std::array<std::uint8_t, 16>& u) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (std::size_t i = 0; i < u.size(); ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
-    s += digits[u[i] >> 4];
-    s += digits[u[i] & 15];
-  }
-  return s;
-}
-
 // A host-side gate on a simulator stream: work queued after it waits until release().
 struct SimGate {
   struct State {

@@ -54,6 +54,17 @@ void wait_across(device::StreamHandle producer, int producer_device, device::Str
 
 }  // namespace
 
+std::string uuid_text(const std::array<std::uint8_t, 16>& uuid) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s;
+  for (std::size_t i = 0; i < uuid.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    s += digits[uuid[i] >> 4];
+    s += digits[uuid[i] & 15];
+  }
+  return s;
+}
+
 int device_of(const View& v) {
   if (v.ptr() == 0) return -1;
   const device::PointerInfo info = device::backend().pointer_info(v.ptr());

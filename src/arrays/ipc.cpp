@@ -129,17 +129,6 @@ const std::vector<std::array<std::uint8_t, 16>>& uuids_locked(State& st) {
   return st.uuids;
 }
 
-std::string uuid_text(const std::array<std::uint8_t, 16>& u) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (std::size_t i = 0; i < u.size(); ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
-    s += digits[u[i] >> 4];
-    s += digits[u[i] & 15];
-  }
-  return s;
-}
-
 // Our control segment, made on first use.
 SharedMapping& own_control_locked(State& st) {
   if (!st.control) {

@@ -14,18 +14,22 @@ import os
 import pickle
 import sys
 
-os.environ["CAI_BACKEND"] = "cuda"
+import numpy as np
+import pytest
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import cai
 
-import cai  # noqa: E402
-
-pytestmark = pytest.mark.skipif(not cai.cuda_available(),
-                                reason="needs a CUDA driver and a GPU")
+# cai picks the CUDA backend by itself where a driver and a GPU are present (CAI_BACKEND
+# unset); the environment is left alone, since spawned children inherit it.
+ON_CUDA = cai.cuda_available() and cai.backend() == "cuda"
+pytestmark = pytest.mark.skipif(
+    not ON_CUDA,
+    reason="needs a CUDA driver and a GPU, and CAI_BACKEND unset or cuda (run this file on its "
+           "own: tests/python forces the simulator)")
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
-from scale_helpers import TIMEOUT, Child, exporter, importer  # noqa: E402
+from scale_helpers import (  # noqa: E402
+    TIMEOUT, Child, exporter, importer, importer_child, values_of)
 
 BIG = 64 << 20  # elements: enough queued work that it is still running when we look
 
@@ -41,16 +45,8 @@ def busy(stream, arr, rounds=20):
 
 @pytest.fixture
 def child():
-    with Child(importer) as c:
+    with importer_child() as c:
         yield c
-        c.send("exit")
-        assert c.recv() == ("bye",)
-        assert c.join() == 0
-
-
-def values(c, key):
-    c.send("values", key)
-    return c.recv()[1]
 
 
 def test_backend_is_cuda():
@@ -63,7 +59,7 @@ def test_round_trip_between_processes(child):
     a = cai.to_device(np.arange(1 << 20, dtype=np.float32))
     child.send("open", a.get_ipc_handle(), "a")
     assert child.recv()[1:] == ((1 << 20,), "<f4", 0)
-    np.testing.assert_array_equal(values(child, "a"), np.arange(1 << 20, dtype=np.float32))
+    np.testing.assert_array_equal(values_of(child, "a"), np.arange(1 << 20, dtype=np.float32))
     child.send("fill", "a", 2)
     child.recv()
     np.testing.assert_array_equal(a.copy_to_host(), np.full(1 << 20, 2, np.float32))
@@ -76,7 +72,7 @@ def test_views_carry_the_offset(child, index):
     a = cai.to_device(host)
     child.send("open", a[index].get_ipc_handle(), "v")
     child.recv()
-    np.testing.assert_array_equal(values(child, "v"), host[index])
+    np.testing.assert_array_equal(values_of(child, "v"), host[index])
 
 
 def test_queued_work_is_seen_without_host_waits(child):
@@ -107,7 +103,7 @@ def test_memory_outlives_the_exporters_last_reference(child):
     assert cai.ipc_collect() == 0
     child.send("open", payload, "a")
     child.recv()
-    np.testing.assert_array_equal(values(child, "a"), np.arange(100, 200))
+    np.testing.assert_array_equal(values_of(child, "a"), np.arange(100, 200))
     child.send("drop", "a")
     child.recv()
     assert cai.ipc_collect() == 1
@@ -164,7 +160,7 @@ def test_multiprocessing_queue_is_zero_copy():
     assert p.exitcode == 0
 
 
-@pytest.mark.skipif(not cai.cuda_available() or cai.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.skipif(ON_CUDA and cai.device_count() < 2, reason="needs 2 GPUs")
 def test_two_gpus():
     a0 = cai.to_device(np.arange(1 << 20, dtype=np.float64))
     with cai.Device(1):

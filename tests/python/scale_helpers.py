@@ -7,6 +7,7 @@ objects, the child answers. An exception in a child is sent back as ("error", te
 raised again by `Child.recv`, so that a failure shows the child's traceback.
 """
 
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -63,6 +64,22 @@ class Child:
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
+
+
+@contextlib.contextmanager
+def importer_child():
+    """An `importer` child that must end cleanly when the block ends without an error."""
+    with Child(importer) as c:
+        yield c
+        c.send("exit")
+        assert c.recv() == ("bye",)
+        assert c.join() == 0
+
+
+def values_of(child, key):
+    """The values of the array an importer child keeps under `key`."""
+    child.send("values", key)
+    return child.recv()[1]
 
 
 def _entry(target, conn, *args):

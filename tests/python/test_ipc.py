@@ -14,21 +14,13 @@ import numpy as np
 import pytest
 
 import cai
-from scale_helpers import Child, exporter, importer
+from scale_helpers import Child, exporter, importer, importer_child, values_of
 
 
 @pytest.fixture
 def child():
-    with Child(importer) as c:
+    with importer_child() as c:
         yield c
-        c.send("exit")
-        assert c.recv() == ("bye",)
-        assert c.join() == 0
-
-
-def _values(c, key):
-    c.send("values", key)
-    return c.recv()
 
 
 def test_open_in_another_process_shares_memory(child):
@@ -38,7 +30,7 @@ def test_open_in_another_process_shares_memory(child):
     assert (h.shape, h.dtype, h.offset, h.exporter_pid) == ((3, 4), np.float32, 0, os.getpid())
     child.send("open", h, "a")
     assert child.recv() == ("opened", (3, 4), "<f4", 0)
-    np.testing.assert_array_equal(_values(child, "a")[1], np.arange(12).reshape(3, 4))
+    np.testing.assert_array_equal(values_of(child, "a"), np.arange(12).reshape(3, 4))
     # The importer writes; the exporter sees it (same memory, not a copy).
     child.send("fill", "a", 5)
     assert child.recv() == ("filled",)
@@ -63,7 +55,7 @@ def test_views_carry_offset_and_strides(child, index):
     assert h.strides == view.strides
     child.send("open", h, "v")
     assert child.recv()[1] == expected.shape
-    np.testing.assert_array_equal(_values(child, "v")[1], expected)
+    np.testing.assert_array_equal(values_of(child, "v"), expected)
 
 
 def test_exporter_work_is_ordered_before_the_importer_without_host_waits(child):
@@ -95,7 +87,7 @@ def test_memory_outlives_the_exporters_last_reference(child):
     assert cai.ipc_collect() == 0             # a reference is out (the pickled handle)
     child.send("open", pickle.loads(payload), "a")
     child.recv()
-    np.testing.assert_array_equal(_values(child, "a")[1], np.arange(10, 20))
+    np.testing.assert_array_equal(values_of(child, "a"), np.arange(10, 20))
     assert cai._cai._ipc_exports_in_use() == 1
     assert cai.ipc_collect() == 0             # held open by the importer
     child.send("drop", "a")
@@ -204,10 +196,10 @@ def test_exporter_death():
         imp.recv()
         exp.send("exit", True)                # os._exit: no cleanup at all
         exp.join()
-        np.testing.assert_array_equal(_values(imp, "a")[1], [1.0, 2.0, 3.0])
+        np.testing.assert_array_equal(values_of(imp, "a"), [1.0, 2.0, 3.0])
         imp.send("fill", "a", 9)              # still writable
         assert imp.recv() == ("filled",)
-        np.testing.assert_array_equal(_values(imp, "a")[1], [9, 9, 9])
+        np.testing.assert_array_equal(values_of(imp, "a"), [9, 9, 9])
         imp.send("open_error", h2)
         tag, kind, msg = imp.recv()
         assert kind == "DeviceError" and "has exited" in msg

@@ -5,8 +5,11 @@
 // default stream handles 1 and 2 name that device's streams; a copy may cross devices.
 // With a single device none of this costs more than one virtual call.
 
+#include <array>
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <string>
 
 #include "cai/arrays/view.h"
 
@@ -15,6 +18,9 @@ namespace cai {
 /// The device whose memory holds `v`: the allocation's device (pinned and managed memory
 /// report the device they were allocated on); -1 for a zero-size array or foreign memory.
 int device_of(const View& v);
+
+/// A device uuid as text, 8-4-4-4-12 hex digits (as nvidia-smi writes it, without "GPU-").
+std::string uuid_text(const std::array<std::uint8_t, 16>& uuid);
 
 /// Makes `device` the calling thread's current device for a scope, then restores the previous
 /// one. Does nothing when device < 0 or when it is already current.

@@ -461,6 +461,12 @@ void SimBackend::free(std::uint64_t ptr) {
                                         " was opened from another process; release it with "
                                         "ipc_close_memory()");
   }
+  retire_memory_locked(lk, it);
+}
+
+void SimBackend::retire_memory_locked(std::unique_lock<std::mutex>& lk,
+                                      std::map<std::uint64_t, Allocation>::iterator it) {
+  const std::uint64_t base = it->first;
   const Allocation a = it->second;
   memory_.erase(it);
   // As cuMemFree: work already enqueued may still use the memory, so let it finish first.
@@ -469,7 +475,7 @@ void SimBackend::free(std::uint64_t ptr) {
     if (s->completed < s->enqueued) pending.emplace_back(s, s->enqueued);
   }
   for (auto& [s, seq] : pending) wait_locked(lk, *s, seq);
-  release_memory_locked(ptr, a);
+  release_memory_locked(base, a);
 }
 
 void SimBackend::release_memory_locked(std::uint64_t base, const Allocation& a) {
@@ -1049,15 +1055,7 @@ void SimBackend::ipc_close_memory(std::uint64_t base) {
     throw_error(Errc::device_error, "ipc_close_memory(): " + hex(base) +
                                         " is not memory opened with ipc_open_memory()");
   }
-  const Allocation a = it->second;
-  memory_.erase(it);
-  // As free(): the work already queued may still use the memory.
-  std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>> pending;
-  for (const auto& s : all_streams_) {
-    if (s->completed < s->enqueued) pending.emplace_back(s, s->enqueued);
-  }
-  for (auto& [s, seq] : pending) wait_locked(lk, *s, seq);
-  release_memory_locked(base, a);
+  retire_memory_locked(lk, it);
 }
 
 EventHandle SimBackend::ipc_event_create() {

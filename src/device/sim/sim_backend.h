@@ -191,6 +191,10 @@ class SimBackend final : public Backend {
   void run_worker(std::shared_ptr<Stream> s);
   /// The device heap of `device` (made on first use).
   SharedHeap& heap_locked(int device);
+  /// Removes an allocation, waits for the work queued so far (it may use the memory), then
+  /// gives the memory back (or unmaps another process's).
+  void retire_memory_locked(std::unique_lock<std::mutex>& lk,
+                            std::map<std::uint64_t, Allocation>::iterator it);
   void release_memory_locked(std::uint64_t base, const Allocation& a);
   /// Enqueues on s a wait until the shared event reaches its current record (interprocess).
   void wait_shared_locked(const std::shared_ptr<Stream>& s, const std::shared_ptr<SharedEvent>& ev);
