@@ -4,6 +4,7 @@
 #include <nanobind/stl/string.h>
 
 #include <cstring>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -18,6 +19,13 @@ namespace {
 
 constexpr int kPickleVersion = 1;
 
+struct PyIpcHandle;
+// Received handles not opened yet (each holds a reference): given back at exit.
+std::set<PyIpcHandle*>& unopened() {
+  static auto* s = new std::set<PyIpcHandle*>;  // leaked: used at exit
+  return *s;
+}
+
 /// cai.IpcHandle.
 struct PyIpcHandle {
   IpcArrayHandle handle;
@@ -28,17 +36,22 @@ struct PyIpcHandle {
   std::shared_ptr<const void> opened;  ///< the opened array's memory, until close()
 
   PyIpcHandle(IpcArrayHandle h, nb::object dtype, bool from_pickle)
-      : handle(std::move(h)), np_dtype(std::move(dtype)), received(from_pickle) {}
+      : handle(std::move(h)), np_dtype(std::move(dtype)), received(from_pickle) {
+    if (received) unopened().insert(this);
+  }
   PyIpcHandle(PyIpcHandle&& o) noexcept
       : handle(std::move(o.handle)),
         np_dtype(std::move(o.np_dtype)),
         received(std::exchange(o.received, false)),
         state(o.state),
-        opened(std::move(o.opened)) {}
+        opened(std::move(o.opened)) {
+    if (unopened().erase(&o) != 0) unopened().insert(this);
+  }
   PyIpcHandle& operator=(PyIpcHandle&&) = delete;
   ~PyIpcHandle() {
     // Never opened: give the reference back so that the exporter can free the memory.
     if (received && state == State::fresh) ipc_discard(handle);
+    unopened().erase(this);
   }
 };
 
@@ -71,11 +84,13 @@ nb::object open_handle(PyIpcHandle& self, nb::handle stream) {
   View v = ipc_open(self.handle, s);
   self.opened = v.owner();
   self.state = State::open;
+  unopened().erase(&self);
   return wrap(std::move(v), self.np_dtype);
 }
 
 void close_handle(PyIpcHandle& self) {
   if (self.state == PyIpcHandle::State::fresh && self.received) ipc_discard(self.handle);
+  unopened().erase(&self);
   self.opened.reset();  // the arrays opened from it keep the memory while they live
   self.state = PyIpcHandle::State::closed;
 }
@@ -189,6 +204,17 @@ void bind_ipc(nb::module_& m) {
   m.def("ipc_collect", &ipc_collect,
         "Frees the memory this process shared once every process gave its references back; "
         "returns how many allocations were released. Runs at every get_ipc_handle() too.");
+  m.def(
+      "_ipc_return_all",
+      [] {
+        for (PyIpcHandle* h : unopened()) {
+          ipc_discard(h->handle);
+          h->state = PyIpcHandle::State::closed;
+        }
+        unopened().clear();
+        ipc_return_all();
+      },
+      "At exit: gives back every reference to other processes' memory this process holds.");
   m.def("_ipc_exports_in_use", &ipc_exports_in_use,
         "How many shared allocations other processes still hold.");
 }

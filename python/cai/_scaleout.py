@@ -130,6 +130,20 @@ else:
     sys.meta_path.insert(0, _hook)
 
 
+def _return_references():
+    """Gives back the references to other processes' memory that this process holds, so that
+    their exporters can free it. Runs at exit, also in multiprocessing's children, which end
+    with os._exit (no atexit, no destructors) after running multiprocessing's finalizers."""
+    _cai._ipc_return_all()
+
+
+atexit.register(_return_references)
+if "multiprocessing" in sys.modules:  # a child of multiprocessing imports it first
+    from multiprocessing import util as _mp_util
+
+    _mp_util.Finalize(None, _return_references, exitpriority=0)
+
+
 @atexit.register
 def _warn_shared_at_exit():
     in_use = _cai._ipc_exports_in_use()

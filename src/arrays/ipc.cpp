@@ -93,7 +93,12 @@ struct Lease {
   std::shared_ptr<const void> memory;  ///< an ImportMapping, or this process's ExportRecord
   std::shared_ptr<SharedMapping> control;
   std::uint32_t slot = 0;
-  ~Lease() { slot_of(*control, slot).refs.fetch_sub(1); }
+  std::atomic<bool> returned{false};
+
+  void give_back() noexcept {
+    if (!returned.exchange(true)) slot_of(*control, slot).refs.fetch_sub(1);
+  }
+  ~Lease() { give_back(); }
 };
 
 using OriginKey = std::tuple<std::int32_t, std::uint64_t, std::uint32_t, std::uint64_t>;
@@ -109,6 +114,7 @@ struct State {
   std::map<std::uint64_t, std::weak_ptr<ImportMapping>> imports_by_base;
   std::map<std::pair<std::int32_t, std::uint64_t>, std::weak_ptr<SharedMapping>> controls;
   std::set<TicketKey> opened;                       ///< tickets opened in this process
+  std::vector<std::weak_ptr<Lease>> leases;         ///< for ipc_return_all
   std::vector<std::array<std::uint8_t, 16>> uuids;  ///< by ordinal, read once
 };
 
@@ -392,6 +398,8 @@ View ipc_open(const IpcArrayHandle& h, const sync::StreamRef& stream) {
     lease = std::make_shared<Lease>();
     lease->control = control;
     lease->slot = h.slot;
+    std::erase_if(st.leases, [](const auto& l) { return l.expired(); });
+    st.leases.push_back(lease);
   } else if (!is_self(h.owner_pid, h.owner_start)) {
     throw_error(Errc::value_error, std::string(where) +
                                        ": the handle carries no reference; only a handle "
@@ -466,6 +474,18 @@ void ipc_discard(const IpcArrayHandle& h) noexcept {
   } catch (...) {
     // The owner exited: nobody waits for this reference any more.
   }
+}
+
+void ipc_return_all() noexcept {
+  State& st = state();
+  std::vector<std::shared_ptr<Lease>> live;
+  {
+    std::lock_guard lock(st.mu);
+    for (const auto& l : st.leases) {
+      if (auto p = l.lock()) live.push_back(std::move(p));
+    }
+  }
+  for (const auto& l : live) l->give_back();
 }
 
 std::size_t ipc_collect() {

@@ -70,6 +70,11 @@ View ipc_open(const IpcArrayHandle& h, const sync::StreamRef& stream);
 /// Gives back the reference of a handle that will never be opened (never throws).
 void ipc_discard(const IpcArrayHandle& h) noexcept;
 
+/// Gives back every reference this process holds, for a process about to end without running
+/// destructors (multiprocessing's children end with os._exit); what it opened stays mapped
+/// until then.
+void ipc_return_all() noexcept;
+
 /// Releases the exports of this process whose references all came back and that no handle
 /// here holds; returns how many. Runs at every export and ticket too.
 std::size_t ipc_collect();
