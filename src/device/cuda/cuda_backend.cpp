@@ -849,6 +849,9 @@ class CudaBackend final : public Backend {
     const PointerInfo info = query_pointer(base);
     CUcontext ctx = reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(info.context));
     ScopedContext scope(ctx != nullptr ? ctx : current_context());
+    // As free(): work already queued may still use the memory. The driver documents no such
+    // wait for cuIpcCloseMemHandle, so wait for the context here.
+    check(api().ctx_synchronize(), "cuCtxSynchronize");
     check(api().ipc_close_mem_handle(base), "cuIpcCloseMemHandle");
   }
 
