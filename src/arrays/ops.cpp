@@ -1,10 +1,9 @@
 #include "cai/arrays/ops.h"
 
 #include <algorithm>
-
-#include "cai/arrays/devices.h"
 #include <string>
 
+#include "cai/arrays/devices.h"
 #include "cai/core/error.h"
 
 namespace cai {
