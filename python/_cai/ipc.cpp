@@ -128,8 +128,8 @@ nb::object handle_from_fields(nb::args f) {
   h.offset = nb::cast<std::uint64_t>(f[8]);
   nb::object dtype = numpy_module().attr("dtype")(f[9]);
   h.dtype = dtype_from_numpy(dtype, "IpcHandle");
-  h.shape = dims_from_python(f[10], "shape");
-  h.strides = dims_from_python(f[11], "strides");
+  h.shape = read_dims(f[10], "IpcHandle: shape", DimsForm::cai_key);
+  h.strides = read_dims(f[11], "IpcHandle: strides", DimsForm::cai_key);
   h.readonly = nb::cast<bool>(f[12]);
   h.has_event = nb::cast<bool>(f[13]);
   from_bytes(f[14], h.event.bytes, "event handle");
