@@ -14,8 +14,6 @@ import pickle
 import sys
 import warnings
 
-import numpy as np
-
 from . import _cai
 from ._cai import DeviceNDArray
 
@@ -39,6 +37,8 @@ def _host_state(arr, protocol):
 
 
 def _host_array(data, shape, dtype, fortran):
+    import numpy as np  # not at `import cai`: threads making their first call import it
+
     if dtype.itemsize == 0 or 0 in shape:
         return np.zeros(shape, dtype)
     flat = np.frombuffer(data, dtype=dtype)
