@@ -156,5 +156,7 @@ void bind_array(nb::module_& m);
 void bind_ops(nb::module_& m);
 void bind_dlpack(nb::module_& m);
 void bind_capi(nb::module_& m);
+void bind_devices(nb::module_& m);
+void bind_ipc(nb::module_& m);
 
 }  // namespace cai::python

@@ -71,6 +71,8 @@ NB_MODULE(_cai, m) {
   bind_ops(m);
   bind_dlpack(m);
   bind_capi(m);
+  bind_devices(m);
+  bind_ipc(m);
   m.def(
       "_set_exiting", [] { cai::device::set_exiting(); },
       "Called at exit (atexit): leak device memory instead of waiting for streams to free it.");

@@ -6,24 +6,31 @@ Tile-style global array: Array (DLPack or CAI in, both out, element strides, sli
 Streams and events: stream, default_stream, legacy_default_stream, per_thread_default_stream,
 external_stream, event, synchronize.
 Operations: cai.ops.copy, cai.ops.fill, cai.ops.add. Switches: cai.config. Simulator: cai.sim.
+Devices and processes: Device, device_count, current_device, IpcHandle, ipc_collect,
+cai.multiprocessing (docs/scale-out.md).
 """
 
 from ._cai import (
+    Device,
     DeviceError,
     DeviceNDArray,
     Event,
+    IpcHandle,
     RaceError,
     Stream,
     as_cuda_array,
     backend,
     cuda_available,
+    current_device,
     default_stream,
+    device_count,
     device_array,
     device_array_like,
     event,
     external_stream,
     from_cuda_array_interface,
     from_dlpack,
+    ipc_collect,
     is_cuda_array,
     legacy_default_stream,
     per_thread_default_stream,
@@ -39,6 +46,7 @@ _atexit.register(_set_exiting)
 del _atexit
 from . import config
 from ._tile import Array
+from . import _scaleout  # pickling, Dask serializers (lazily), IPC exit warning
 
 from ._cai import __version__
 
@@ -47,4 +55,5 @@ __all__ = [
     "config", "cuda_available", "default_stream", "device_array", "device_array_like", "event",
     "external_stream", "from_cuda_array_interface", "from_dlpack", "Array", "is_cuda_array", "legacy_default_stream",
     "ops", "per_thread_default_stream", "sim", "stream", "synchronize", "to_device",
+    "Device", "current_device", "device_count", "IpcHandle", "ipc_collect",
 ]

@@ -1,9 +1,11 @@
 #include "cai/arrays/ops.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <vector>
 
+#include "cai/arrays/devices.h"
 #include "cai/core/error.h"
 
 namespace cai {
@@ -104,6 +106,8 @@ void copy(const View& dst, const View& src, const sync::StreamRef& stream) {
   require_same_shape(dst, src, entry, "dst", "src");
   require_same_dtype(dst, src, entry, "dst", "src");
   if (dst.layout().nbytes() == 0) return;
+  if (copy_between_devices(dst, src, stream)) return;
+  const OperationDevice on(entry, {{"dst", &dst}, {"src", &src}}, stream);
   auto& backend = device::backend();
   sync::StreamOrder order(backend, stream);
   order.add(*dst.sync());
@@ -118,6 +122,7 @@ void fill(const View& dst, const void* value, const sync::StreamRef& stream) {
   dst.require_writable(entry, "dst");
   require_no_mask(dst, entry, "dst");
   if (dst.layout().nbytes() == 0) return;
+  const OperationDevice on(entry, {{"dst", &dst}}, stream);
   auto& backend = device::backend();
   sync::StreamOrder order(backend, stream);
   order.add(*dst.sync());
@@ -148,6 +153,12 @@ void elementwise(device::ElementwiseOp op, const View& out, std::span<const View
   }
   const ElementType type = element_type(out.dtype(), entry);
   if (out.size() == 0) return;
+  std::array<NamedView, 1 + device::max_elementwise_inputs> named;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    named[k] = {device::elementwise_operand_name(k + 1).data(), inputs[k]};
+  }
+  named[inputs.size()] = {"out", &out};
+  const OperationDevice on(entry, std::span(named.data(), inputs.size() + 1), stream);
   auto& backend = device::backend();
   sync::StreamOrder order(backend, stream);
   order.add(*out.sync());
@@ -174,6 +185,7 @@ namespace {
 // dst = the caller's host memory at `from`; returns once copied, since the caller may free it.
 void upload(const View& dst, const Operand& from, const sync::StreamRef& stream) {
   if (dst.layout().nbytes() == 0) return;
+  const OperationDevice on("copy_to_device()", {{"the destination", &dst}}, stream);
   auto& backend = device::backend();
   sync::StreamOrder order(backend, stream);
   order.add(*dst.sync());
@@ -201,6 +213,7 @@ void copy_from_host(const View& dst, const View& host, const sync::StreamRef& st
 
 void copy_to_host(void* host, const View& src, const sync::StreamRef& stream) {
   if (src.layout().nbytes() == 0) return;
+  const OperationDevice on("copy_to_host()", {{"the source", &src}}, stream);
   auto& backend = device::backend();
   sync::StreamOrder order(backend, stream);
   order.add(*src.sync());
