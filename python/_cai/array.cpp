@@ -9,6 +9,7 @@
 #include "cai/arrays/ops.h"
 #include "cai/core/dlpack.h"
 #include "cai/core/error.h"
+#include "shape_ops.h"
 
 namespace cai::python {
 
@@ -339,6 +340,7 @@ void bind_array(nb::module_& m) {
       .def(
           "__getitem__",
           [](PyArray& self, nb::handle key) {
+            if (auto element = host_element(self, key)) return *element;
             return wrap(index_view(self.view, key), self.np_dtype);
           },
           nb::arg("key").none())
@@ -351,8 +353,6 @@ void bind_array(nb::module_& m) {
           nb::arg("axis"), nb::arg("start"), nb::arg("stop"),
           "View of [start, stop) along one axis with the tile-array rules "
           "(0 <= start < N, start <= stop <= N).")
-      .def("transpose", [](PyArray& self) { return wrap(self.view.transpose(), self.np_dtype); })
-      .def_prop_ro("T", [](PyArray& self) { return wrap(self.view.transpose(), self.np_dtype); })
       .def("__repr__", [](PyArray& self) {
         return "<cai.DeviceNDArray shape=" + shape_repr(self.view.shape()) +
                " dtype=" + std::string(nb::str(array_dtype(self)).c_str()) +

@@ -11,6 +11,7 @@
 
 #include "cai/version.h"
 #include "common.h"
+#include "shape_ops.h"
 
 #define CAI_STR2(x) #x
 #define CAI_STR(x) CAI_STR2(x)
@@ -68,6 +69,7 @@ NB_MODULE(_cai, m) {
   bind_core(m);
   bind_device(m);
   bind_array(m);
+  bind_shape_ops(m);
   bind_ops(m);
   bind_dlpack(m);
   bind_capi(m);
