@@ -11,6 +11,7 @@
 
 #include "cai/version.h"
 #include "common.h"
+#include "info.h"
 #include "shape_ops.h"
 
 #define CAI_STR2(x) #x
@@ -73,6 +74,7 @@ NB_MODULE(_cai, m) {
   bind_ops(m);
   bind_dlpack(m);
   bind_capi(m);
+  bind_info(m);
   m.def(
       "_set_exiting", [] { cai::device::set_exiting(); },
       "Called at exit (atexit): leak device memory instead of waiting for streams to free it.");

@@ -228,7 +228,7 @@ void bind_shape_ops(nb::module_& m) {
           "shorter), as an iterator.");
   cls.def("copy", &copy_array, nb::arg("order").none() = "C", nb::arg("stream").none() = 0,
           nb::sig("def copy(self, order: typing.Literal['C', 'F', 'A'] = 'C', stream: "
-                  "Stream | int | None = 0) -> DeviceNDArray"),
+                  "object | None = 0) -> DeviceNDArray"),
           "A new device array with the same elements (and mask), contiguous in `order`, "
           "copied on `stream` (0: this array's stream), which becomes its stream.");
 }
