@@ -91,7 +91,8 @@ def collect() -> dict[str, Any]:
 
 def _lines(info: dict[str, Any]) -> list[str]:
     cuda = info["cuda"]
-    out = [f"cai {info['cai']} (distribution {DISTRIBUTION} {info['distribution'] or 'not installed'})",
+    distribution = info["distribution"] or "not installed"
+    out = [f"cai {info['cai']} (distribution {DISTRIBUTION} {distribution})",
            f"Python {info['python']} on {info['platform']}",
            f"Backend: {info['backend'] or 'none'} ({info['backend_reason']})"]
     if info["backend"] == "simulator":
