@@ -11,7 +11,7 @@ nanoseconds. Ratios are "peer / cai": above 1 means cai is faster. Nothing in th
 is changed: cai runs on the backend it picks (the simulator on a machine without a GPU).
 
     .venv/bin/python bench/interop.py                       # print the table
-    .venv/bin/python bench/interop.py --write-docs          # + docs/benchmarks.md and .png
+    .venv/bin/python bench/interop.py --write-docs          # + docs/benchmarks.md and .svg
     .venv/bin/python bench/interop.py --cpp-bench build/cpp/bench/cai_bench --write-docs
     .venv/bin/python bench/interop.py --quick               # smoke run (tiny counts)
     .venv/bin/python bench/interop.py --build-caster        # build bench/caster_ext first
@@ -20,8 +20,8 @@ The caster rows need bench/caster_ext built (build/bench_caster, or --caster-dir
 they say "not built".
 
 --write-docs replaces only the part of docs/benchmarks.md between the GENERATED markers (the
-rest is hand-written analysis), and writes docs/benchmarks.png, a bar chart drawn by the tiny
-PNG writer further down in this file (no plotting library needed).
+rest is hand-written analysis), and writes docs/benchmarks.svg, the bar chart as an SVG document
+(text, written with the standard library: no plotting library, no image encoder).
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ import os
 import platform
 import re
 import statistics
-import struct
 import subprocess
 import sys
 import time
 import timeit
-import zlib
+from xml.sax.saxutils import escape
 
 import numpy as np
 
@@ -459,8 +458,8 @@ def report(rows, tg, cpp, m, args):
     return lines
 
 
-def write_markdown(path, lines, png_name):
-    block = "\n".join([BEGIN, "", *lines, "", f"![median ns per call]({png_name})", "", END])
+def write_markdown(path, lines, chart_name):
+    block = "\n".join([BEGIN, "", *lines, "", f"![median ns per call]({chart_name})", "", END])
     text = ""
     if os.path.exists(path):
         with open(path) as f:
@@ -475,94 +474,45 @@ def write_markdown(path, lines, png_name):
         f.write(text)
 
 
-# ----- a tiny PNG bar chart (no plotting library) ---------------------------------------------------
+# ----- the bar chart, as SVG (plain text: no plotting library, no image encoder) -------------
 
-# A 5x7 pixel font: per character, the character then 7 rows as two hex digits (5 bits each,
-# most significant bit on the left). Upper case only: text is drawn upper-cased.
-_FONT = (
-    "A0e1111111f1111B1e11111e11111eC0e11101010110eD1c12111111121c"
-    "E1f10101e10101fF1f10101e101010G0e11101711110fH1111111f111111"
-    "I0e04040404040eJ0702020202120cK11121418141211L1010101010101f"
-    "M111b1515111111N11111915131111O0e11111111110eP1e11111e101010"
-    "Q0e11111115120dR1e11111e141211S0f10100e01011eT1f040404040404"
-    "U1111111111110eV11111111110a04W1111111515150aX11110a040a1111"
-    "Y11110a04040404Z1f01020408101f00e11131519110e1040c040404040e"
-    "20e11010204081f31f02040201110e402060a121f020251f101e0101110e"
-    "60608101e11110e71f01020408080880e11110e11110e90e11110f01020c"
-    " 00000000000000.00000000000c0c,000000000c0408:000c0c000c0c00"
-    "(02040808080402)08040202020408-0000001f000000_0000000000001f"
-    "/00010204081000%18190204081303=00001f001f0000<02040810080402"
-    ">08040201020408+0004041f040400#0a0a1f0a1f0a0a'04040800000000"
-    "[0e08080808080e]0e02020202020e?0e110102040004*0004150e150400"
-    "!04040404040004|04040404040404x0000110a040a11"
-)
-_GLYPHS = {_FONT[i]: [int(_FONT[i + 1 + 2 * k:i + 3 + 2 * k], 16) for k in range(7)]
-           for i in range(0, len(_FONT), 15)}
-
-
-class Canvas:
-    def __init__(self, w, h, bg=(255, 255, 255)):
-        self.w, self.h = w, h
-        self.px = [bytearray(bytes(bg) * w) for _ in range(h)]
-
-    def rect(self, x0, y0, x1, y1, color):
-        x0, x1 = max(0, int(x0)), min(self.w, int(x1))
-        row = bytes(color) * max(0, x1 - x0)
-        for y in range(max(0, int(y0)), min(self.h, int(y1))):
-            self.px[y][3 * x0:3 * x1] = row
-
-    def text(self, x, y, s, color=(0, 0, 0), scale=2):
-        for ch in s:
-            rows = _GLYPHS.get(ch.upper(), _GLYPHS["?"])
-            for ry, bits in enumerate(rows):
-                for rx in range(5):
-                    if bits & (16 >> rx):
-                        cx, cy = x + rx * scale, y + ry * scale
-                        self.rect(cx, cy, cx + scale, cy + scale, color)
-            x += 6 * scale
-        return x
-
-    def png(self) -> bytes:
-        raw = b"".join(b"\x00" + bytes(r) for r in self.px)
-
-        def chunk(tag, data):
-            return (struct.pack(">I", len(data)) + tag + data
-                    + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF))
-
-        return (b"\x89PNG\r\n\x1a\n"
-                + chunk(b"IHDR", struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0))
-                + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
-
-
-def chart(rows, m) -> bytes:
-    CAI, PEER, GREY = (31, 119, 180), (255, 127, 14), (120, 120, 120)
+def chart(rows, m) -> str:
+    """A horizontal bar chart of the medians (cai and its NumPy peer per row), as an SVG
+    document. Text is real text, so the chart reads at any size and diffs as text."""
+    cai_color, peer_color, grey = "#1f77b4", "#ff7f0e", "#787878"
     bars = [r for r in rows if r.cai or r.peer]
-    left, width, bar_h, gap = 290, 1000, 14, 16
-    top = 84
-    h = top + len(bars) * (2 * bar_h + gap) + 40
-    c = Canvas(width, h)
-    c.text(12, 10, "cai vs NumPy: median ns per call (shorter is better)", scale=2)
-    c.text(12, 34, f"{m['cpu'][:40]}, {m['nproc']} CPUs, Python {m['python']}, "
-                   f"NumPy {m['numpy']}, {m['backend']}", GREY, scale=1)
-    c.rect(12, 54, 26, 66, CAI)
-    x = c.text(32, 54, "cai", scale=2)
-    c.rect(x + 20, 54, x + 34, 66, PEER)
-    c.text(x + 40, 54, "NumPy peer", scale=2)
+    left, width, bar_h, gap, top = 300, 1000, 14, 16, 84
+    height = top + len(bars) * (2 * bar_h + gap) + 40
     vmax = max(x.median for r in bars for x in (r.cai, r.peer) if x)
     span = width - left - 120
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           '<text x="12" y="26" font-size="18">cai vs NumPy: median ns per call '
+           '(shorter is better)</text>',
+           f'<text x="12" y="46" font-size="12" fill="{grey}">'
+           f'{escape(m["cpu"][:60])}, {m["nproc"]} CPUs, Python {escape(m["python"])}, '
+           f'NumPy {escape(m["numpy"])}, {escape(m["backend"])}</text>',
+           f'<rect x="12" y="56" width="14" height="12" fill="{cai_color}"/>',
+           '<text x="32" y="67" font-size="14">cai</text>',
+           f'<rect x="80" y="56" width="14" height="12" fill="{peer_color}"/>',
+           '<text x="100" y="67" font-size="14">NumPy peer</text>']
     y = top
     for r in bars:
-        label = r.short[:44]
-        c.text(12, y + 8, label, scale=1)
-        for case, color in ((r.cai, CAI), (r.peer, PEER)):
+        out.append(f'<text x="12" y="{y + 17}" font-size="12">{escape(r.short[:48])}</text>')
+        for case, color in ((r.cai, cai_color), (r.peer, peer_color)):
             if case:
-                wpx = max(1, int(span * case.median / vmax))
-                c.rect(left, y, left + wpx, y + bar_h - 2, color)
-                c.text(left + wpx + 6, y + 1, f"{case.median:,.0f} ns", scale=1)
+                w = max(1, round(span * case.median / vmax))
+                out.append(f'<rect x="{left}" y="{y}" width="{w}" height="{bar_h - 2}" '
+                           f'fill="{color}"/>')
+                out.append(f'<text x="{left + w + 6}" y="{y + 10}" font-size="11">'
+                           f'{case.median:,.0f} ns</text>')
             y += bar_h
         y += gap
-    c.rect(left - 1, top - 4, left, y - gap + 2, (0, 0, 0))
-    return c.png()
+    out.append(f'<line x1="{left}" y1="{top - 4}" x2="{left}" y2="{y - gap + 2}" '
+               'stroke="black"/>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
 
 # ----- main ----------------------------------------------------------------------------------------
@@ -588,16 +538,16 @@ def main(argv=None):
                    help="configure and build bench/caster_ext there first (through the "
                         "installed cai package: python -m cai --cmake-dir)")
     p.add_argument("--write-docs", action="store_true",
-                   help="write docs/benchmarks.md (generated part) and docs/benchmarks.png")
+                   help="write docs/benchmarks.md (generated part) and docs/benchmarks.svg")
     p.add_argument("--markdown", metavar="PATH", help="write the generated part to this file")
-    p.add_argument("--png", metavar="PATH", help="write the bar chart to this file")
+    p.add_argument("--svg", metavar="PATH", help="write the bar chart (SVG) to this file")
     p.add_argument("--json", metavar="PATH", help="write the raw medians as JSON")
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.number = 1, 3
     if args.write_docs:
         args.markdown = args.markdown or os.path.join(ROOT, "docs", "benchmarks.md")
-        args.png = args.png or os.path.join(ROOT, "docs", "benchmarks.png")
+        args.svg = args.svg or os.path.join(ROOT, "docs", "benchmarks.svg")
 
     if args.build_caster:
         build_caster(args.caster_dir)
@@ -611,10 +561,10 @@ def main(argv=None):
     print("\ncuda.core: " + next((r.note or "measured" for r in rows if r.key == "cuda_core")))
 
     if args.markdown:
-        png_name = os.path.basename(args.png) if args.png else "benchmarks.png"
-        write_markdown(args.markdown, lines, png_name)
-    if args.png:
-        with open(args.png, "wb") as f:
+        chart_name = os.path.basename(args.svg) if args.svg else "benchmarks.svg"
+        write_markdown(args.markdown, lines, chart_name)
+    if args.svg:
+        with open(args.svg, "w") as f:
             f.write(chart(rows, m))
     if args.json:
         with open(args.json, "w") as f:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh) and runs every test: the C++ suites through ctest, the external
-# find_package(cai) consumer project, a bounded fuzz run, and the Python suite through pytest.
+# find_package(cai) consumer project, a bounded fuzz run, the Python suite through pytest, and
+# the sanitizer builds (scripts/sanitize.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -66,3 +67,15 @@ fi
 
 echo "== pytest"
 .venv/bin/python -m pytest -q tests/python
+
+# Sanitizers (docs/reliability.md): ASan+UBSan on the C++ suites and on the Python tests that
+# drive every entry point with hostile input, threads, cycles and exit; TSan on the simulator
+# and the all-layers thread test. SANITIZE=0 skips them (a quick local run).
+if [ "${SANITIZE:-1}" != "0" ]; then
+  echo "== sanitizers (scripts/sanitize.sh; logs in build/sanitize/logs)"
+  SANITIZE_BUILD=build/sanitize PYTHON="$ROOT/.venv/bin/python" JOBS="$JOBS" \
+  SANITIZE_PYTEST="tests/python/test_robustness.py tests/python/test_bad_inputs.py
+    tests/python/test_lifetime_stress.py tests/python/test_threads.py
+    tests/python/test_shutdown.py::test_exit_with_daemon_threads_inside_python_callbacks" \
+    scripts/sanitize.sh
+fi

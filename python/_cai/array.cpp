@@ -17,14 +17,10 @@ namespace {
 
 nb::handle g_array_type;
 
-nb::object np() {
-  return numpy_module();
-}
-
 // An index or slice bound as int64; Python ints beyond int64 are clamped, as Python's own
 // slicing does, so a huge index is out of range (IndexError) and a huge bound is clamped.
 std::int64_t clamped_index(nb::handle o) {
-  const Py_ssize_t v = PyNumber_AsSsize_t(o.ptr(), nullptr);
+  const Py_ssize_t v = call_python([&] { return PyNumber_AsSsize_t(o.ptr(), nullptr); });
   if (v == -1 && PyErr_Occurred()) throw nb::python_error();
   return v;
 }
@@ -36,28 +32,27 @@ IndexItem index_item(nb::handle o) {
     auto part = [&](const char* name) -> std::optional<std::int64_t> {
       nb::object v = o.attr(name);
       if (v.is_none()) return std::nullopt;
-      if (!PyIndex_Check(v.ptr()))
+      if (!is_integer(v))
         throw_error(Errc::type_error, std::string("__getitem__: slice ") + name +
-                                          " must be an int or None, got " +
-                                          nb::inst_name(v).c_str());
+                                          " must be an int or None, got " + type_name_of(v));
       return clamped_index(v);
     };
     return IndexItem::range(part("start"), part("stop"), part("step"));
   }
-  if (!PyBool_Check(o.ptr()) && PyIndex_Check(o.ptr())) return IndexItem::at(clamped_index(o));
+  if (is_integer(o)) return IndexItem::at(clamped_index(o));
   throw_error(Errc::type_error, std::string("__getitem__: only integers, slices, None and ... are "
                                             "supported (basic indexing gives views); got ") +
-                                    nb::inst_name(o).c_str());
+                                    type_name_of(o));
 }
 
-View index_view(const View& v, nb::handle key) {
+std::vector<IndexItem> index_items(nb::handle key) {
   std::vector<IndexItem> items;
   if (PyTuple_Check(key.ptr())) {
     for (nb::handle k : key) items.push_back(index_item(k));
   } else {
     items.push_back(index_item(key));
   }
-  return v.index(items);
+  return items;
 }
 
 sync::StreamRef array_stream(const View& v) {
@@ -84,14 +79,18 @@ View broadcast_to(const View& src, std::span<const std::int64_t> shape, const ch
                                          " to size " + std::to_string(m));
   }
   Layout layout(Dims(shape), std::move(strides), src.dtype().itemsize());
-  return View(src.ptr(), src.dtype(), std::move(layout), src.readonly(), src.sync(), src.owner());
+  View out(src.ptr(), src.dtype(), std::move(layout), src.readonly(), src.sync(), src.owner());
+  // The mask goes along, so that the operation refuses it rather than drop it.
+  if (src.mask())
+    out.set_mask(std::make_shared<const View>(broadcast_to(*src.mask(), shape, entry)));
+  return out;
 }
 
 // A host value as a C-contiguous NumPy array of `dtype` broadcast to `shape`.
 nb::object host_array(nb::handle value, const View& like) {
-  nb::object arr = np().attr("asarray")(value, numpy_dtype(like.dtype()));
-  arr = np().attr("broadcast_to")(arr, to_tuple(like.shape()));
-  return np().attr("ascontiguousarray")(arr);
+  nb::object arr = numpy_module().attr("asarray")(value, numpy_dtype(like.dtype()));
+  arr = numpy_module().attr("broadcast_to")(arr, to_tuple(like.shape()));
+  return numpy_module().attr("ascontiguousarray")(arr);
 }
 
 const void* buffer_ptr(nb::handle arr) {
@@ -118,7 +117,7 @@ View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle 
                    bool fortran, const sync::StreamRef& stream) {
   if (strides.is_none()) return View::allocate(std::move(dtype), shape, fortran, stream);
   // Explicit strides: allocate the extent they span.
-  Dims st = dims_from_python(strides, "strides");
+  Dims st = read_dims(strides, "strides", DimsForm::argument);
   Layout layout(Dims(shape), std::move(st), dtype.itemsize());
   if (layout.may_overlap())
     throw_error(Errc::value_error,
@@ -135,66 +134,118 @@ View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle 
               std::make_shared<sync::SyncState>(stream), std::move(buffer));
 }
 
-std::string shape_repr(std::span<const std::int64_t> s) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
+}  // namespace
+
+PyArray* as_py_array(nb::handle obj, const char* entry) {
+  if (!g_array_type.is_valid() || Py_TYPE(obj.ptr()) != (PyTypeObject*)g_array_type.ptr())
+    return nullptr;
+  if (!nb::inst_ready(obj))
+    throw_error(Errc::type_error,
+                std::string(entry) +
+                    ": this DeviceNDArray holds no array (made by DeviceNDArray.__new__, or "
+                    "cleared by the garbage collector); make arrays with cai.device_array(), "
+                    "cai.to_device() or cai.as_cuda_array()");
+  return nb::inst_ptr<PyArray>(obj);
 }
+
+namespace {
+
+// The same View, with an owner of its own where a Python object keeps the memory (or the
+// mask's memory) alive: a new array is then the only holder of that owner, so the garbage
+// collector can see through it (PyArray).
+// (Owners compare by control block: two owners of one object point to the same place.)
+bool same_owner(const std::shared_ptr<const void>& a, const std::shared_ptr<const void>& b) {
+  return !a.owner_before(b) && !b.owner_before(a);
+}
+
+View with_own_python_owner(View v) {
+  std::shared_ptr<const View> mask = v.mask();
+  if (mask) {
+    View own_mask = with_own_python_owner(*mask);
+    if (!same_owner(own_mask.owner(), mask->owner()))
+      mask = std::make_shared<const View>(std::move(own_mask));
+  }
+  PyObject* o = kept_object(v.owner());
+  const bool new_owner = o && v.owner().use_count() > 1;
+  if (!new_owner && mask == v.mask()) return v;  // the usual case: an import, moved through
+  View out(v.ptr(), v.dtype(), v.layout(), v.readonly(), v.sync(),
+           new_owner ? keep_alive(o) : v.owner());
+  out.set_mask(std::move(mask));
+  return out;
+}
+
+// Visits what the GC must see through `v`: the Python owners only `v` holds.
+int visit_owners(const View& v, visitproc visit, void* arg) {
+  if (const auto& m = v.mask(); m && m.use_count() == 1)
+    if (int r = visit_owners(*m, visit, arg)) return r;
+  if (v.owner().use_count() == 1) Py_VISIT(kept_object(v.owner()));
+  return 0;
+}
+
+int array_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;  // between allocation and construction
+  PyArray* a = nb::inst_ptr<PyArray>(self);
+  Py_VISIT(a->np_dtype.ptr());
+  Py_VISIT(a->cai_fixed.ptr());
+  return visit_owners(a->view, visit, arg);
+}
+
+int array_clear(PyObject* self) {
+  // A cycle is being broken: the array goes. Later use of the instance is a TypeError
+  // (as_py_array), as for an instance made by DeviceNDArray.__new__.
+  if (nb::inst_ready(self)) nb::inst_destruct(self);
+  return 0;
+}
+
+// DeviceNDArray.__new__ would make an instance that holds no array.
+PyObject* array_new(PyTypeObject*, PyObject*, PyObject*) {
+  PyErr_SetString(PyExc_TypeError,
+                  "cai.DeviceNDArray cannot be created directly; make arrays with "
+                  "cai.device_array(), cai.to_device() or cai.as_cuda_array()");
+  return nullptr;
+}
+
+PyType_Slot g_array_slots[] = {{Py_tp_traverse, (void*)array_traverse},
+                               {Py_tp_clear, (void*)array_clear},
+                               {Py_tp_new, (void*)array_new},
+                               {0, nullptr}};
 
 }  // namespace
 
-nb::object numpy_module() {
-  // Leaked on purpose: a static nb::object would be released after the interpreter is gone.
-  static PyObject* mod = nb::module_::import_("numpy").release().ptr();
-  return nb::borrow(mod);
-}
-
-PyArray* as_py_array(nb::handle obj) noexcept {
-  if (!g_array_type.is_valid() || Py_TYPE(obj.ptr()) != (PyTypeObject*)g_array_type.ptr())
-    return nullptr;
-  return nb::inst_ptr<PyArray>(obj);
+PyArray::~PyArray() {
+  const auto& owner = view.owner();
+  if (owner.use_count() != 1 || kept_object(owner) || device::exiting() || py_finalizing())
+    return;  // nothing is freed here, or nothing waits: the members go as usual
+  // The free waits only while work is queued on the array's stream (every stream that touched
+  // the memory is ordered before it: docs/architecture.md). Only then is the GIL released:
+  // releasing it for every free would make a deleter that needs it take it back.
+  bool busy = false;
+  if (const auto s = view.sync()->stream()) {
+    try {
+      busy = !device::backend().stream_query(s->handle);
+    } catch (const std::exception&) {
+      busy = false;  // not a stream the backend knows: nothing of ours is queued on it
+    }
+  }
+  if (!busy) return;
+  std::shared_ptr<const void> last = owner;
+  view = View();  // with the GIL: the Python owners of the stream and the mask
+  NoGil nogil;    // the free waits for the streams still using the memory
+  last.reset();
 }
 
 nb::object wrap(View view, nb::object np_dtype) {
   // Construct in place in the new instance: no temporary PyArray to move from.
   nb::object obj = nb::inst_alloc(g_array_type);
-  new (nb::inst_ptr<PyArray>(obj)) PyArray(std::move(view), std::move(np_dtype));
+  new (nb::inst_ptr<PyArray>(obj))
+      PyArray(with_own_python_owner(std::move(view)), std::move(np_dtype));
   nb::inst_mark_ready(obj);
   return obj;
 }
 
-nb::tuple to_tuple(std::span<const std::int64_t> values) {
-  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(values.size()));
-  if (!t) throw nb::python_error();
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    PyObject* v = PyLong_FromLongLong(values[i]);
-    if (!v) {
-      Py_DECREF(t);
-      throw nb::python_error();
-    }
-    PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), v);
-  }
-  return nb::steal<nb::tuple>(t);
-}
-
-Dims dims_from_python(nb::handle obj, const char* what) {
-  Dims out;
-  if (PyIndex_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) {
-    out.push_back(nb::cast<std::int64_t>(nb::steal(PyNumber_Index(obj.ptr()))));
-    return out;
-  }
-  if (!PySequence_Check(obj.ptr()))
-    throw_key_type_error(what, nb::inst_name(obj).c_str(), "an int or a tuple of int");
-  for (nb::handle v : obj) {
-    if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
-      throw_key_type_error(what, nb::inst_name(v).c_str(), "an int");
-    out.push_back(nb::cast<std::int64_t>(nb::steal(PyNumber_Index(v.ptr()))));
-  }
-  return out;
-}
-
 DType dtype_from_numpy(nb::handle dtype_like, const char* entry) {
-  nb::object dt = np().attr("dtype")(dtype_like);
+  nb::object dt = numpy_module().attr("dtype")(dtype_like);
   if (nb::cast<bool>(dt.attr("hasobject")))
     throw_error(Errc::type_error, std::string(entry) + ": dtype " + nb::repr(dt).c_str() +
                                       " holds Python objects, which cannot live in device memory");
@@ -203,7 +254,7 @@ DType dtype_from_numpy(nb::handle dtype_like, const char* entry) {
 }
 
 nb::object numpy_dtype(const DType& t) {
-  if (!t.is_structured()) return np().attr("dtype")(nb::str(t.str().c_str()));
+  if (!t.is_structured()) return numpy_module().attr("dtype")(nb::str(t.str().c_str()));
   // From names, formats and offsets: np.dtype(descr) would turn the ('', '|Vn') padding
   // entries of a descr into fields named f<i>, a different dtype.
   nb::list names, formats, offsets;
@@ -218,7 +269,7 @@ nb::object numpy_dtype(const DType& t) {
   spec["formats"] = formats;
   spec["offsets"] = offsets;
   spec["itemsize"] = t.itemsize();
-  return np().attr("dtype")(spec);
+  return numpy_module().attr("dtype")(spec);
 }
 
 static nb::object array_dtype(PyArray& a) {
@@ -233,13 +284,15 @@ static nb::object copy_to_host_impl(PyArray& self, nb::handle ary, nb::handle st
   nb::object target;
   if (ary.is_none()) {
     // NumPy stores no item size 0 ('S0' becomes 'S1'): zeros, since no byte is copied then.
-    target = np().attr(v.layout().nbytes() == 0 ? "zeros" : "empty")(to_tuple(v.shape()), dt);
+    target =
+        numpy_module().attr(v.layout().nbytes() == 0 ? "zeros" : "empty")(to_tuple(v.shape()), dt);
   } else {
     target = nb::borrow(ary);
-    if (!nb::cast<bool>(np().attr("array_equal")(target.attr("shape"), to_tuple(v.shape()))))
+    if (!nb::cast<bool>(
+            numpy_module().attr("array_equal")(target.attr("shape"), to_tuple(v.shape()))))
       throw_error(Errc::value_error, "copy_to_host(): ary has shape " +
                                          std::string(nb::repr(target.attr("shape")).c_str()) +
-                                         " but the array has shape " + shape_repr(v.shape()));
+                                         " but the array has shape " + format_dims(v.shape()));
     if (!target.attr("dtype").equal(dt))
       throw_error(Errc::type_error, "copy_to_host(): ary has dtype " +
                                         std::string(nb::repr(target.attr("dtype")).c_str()) +
@@ -248,7 +301,7 @@ static nb::object copy_to_host_impl(PyArray& self, nb::handle ary, nb::handle st
       throw_error(Errc::value_error, "copy_to_host(): ary is read-only");
   }
   const bool contiguous = nb::cast<bool>(target.attr("flags").attr("c_contiguous"));
-  nb::object staging = contiguous ? target : np().attr("empty")(to_tuple(v.shape()), dt);
+  nb::object staging = contiguous ? target : numpy_module().attr("empty")(to_tuple(v.shape()), dt);
   {
     void* host = const_cast<void*>(buffer_ptr(staging));
     NoGil nogil;
@@ -258,8 +311,37 @@ static nb::object copy_to_host_impl(PyArray& self, nb::handle ary, nb::handle st
   return target;
 }
 
+// NumPy's __array__ protocol: a host copy, as Numba's DeviceNDArray gives (docs/python.md).
+static nb::object array_protocol(PyArray& self, nb::handle dtype, nb::handle copy) {
+  if (copy.ptr() == Py_False)
+    throw_error(Errc::value_error,
+                "__array__(): copy=False, but a device array reaches the host only as a copy");
+  if (self.view.mask())
+    throw_error(Errc::not_implemented,
+                "__array__(): the array is masked and a NumPy array cannot carry the mask; use "
+                "copy_to_host() and .mask.copy_to_host()");
+  nb::object host = copy_to_host_impl(self, nb::none(), nb::int_(0));
+  if (dtype.is_none()) return host;
+  return host.attr("astype")(dtype, nb::arg("copy") = false);
+}
+
+// bool(a), as NumPy and CuPy: the element's truth for one element, an error otherwise.
+static bool truth(PyArray& self) {
+  if (self.view.size() != 1)
+    throw_error(Errc::value_error,
+                self.view.size() == 0
+                    ? "The truth value of an empty array is ambiguous. Use a.size > 0 to check "
+                      "that an array is not empty."
+                    : "The truth value of an array with more than one element is ambiguous. Copy "
+                      "it to the host (copy_to_host()) and use a.any() or a.all()");
+  nb::object host = copy_to_host_impl(self, nb::none(), nb::int_(0));
+  const int t = PyObject_IsTrue(host.ptr());
+  if (t < 0) throw nb::python_error();
+  return t == 1;
+}
+
 static void setitem(PyArray& self, nb::handle key, nb::handle value) {
-  View dst = index_view(self.view, key);
+  View dst = self.view.index(index_items(key));
   dst.require_writable("__setitem__()", "the array");
   const auto stream = array_stream(dst);
   if (is_device_value(value)) {
@@ -268,9 +350,9 @@ static void setitem(PyArray& self, nb::handle key, nb::handle value) {
     return;
   }
   if (PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr()) || PyComplex_Check(value.ptr()) ||
-      PyBool_Check(value.ptr()) || nb::cast<bool>(np().attr("isscalar")(value))) {
+      PyBool_Check(value.ptr()) || nb::cast<bool>(numpy_module().attr("isscalar")(value))) {
     // One element's bytes, converted by NumPy (its casting rules and overflow errors).
-    nb::object scalar = np().attr("asarray")(value, array_dtype(self));
+    nb::object scalar = numpy_module().attr("asarray")(value, array_dtype(self));
     nb::bytes raw = nb::borrow<nb::bytes>(scalar.attr("tobytes")());
     fill(dst, raw.c_str(), stream);
     return;
@@ -280,7 +362,7 @@ static void setitem(PyArray& self, nb::handle key, nb::handle value) {
 
 void bind_array(nb::module_& m) {
   auto cls = nb::class_<PyArray>(
-      m, "DeviceNDArray", nb::is_weak_referenceable(),
+      m, "DeviceNDArray", nb::is_weak_referenceable(), nb::type_slots(g_array_slots),
       "An array in device memory (or simulator memory), created by cai or imported from any "
       "object with __cuda_array_interface__. Indexing gives views; every operation is ordered "
       "on streams as CAI v3 requires.");
@@ -312,39 +394,44 @@ void bind_array(nb::module_& m) {
                      if (!a.view.mask()) return nb::none();
                      return wrap(*a.view.mask());
                    })
-      .def_prop_ro("__cuda_array_interface__", [](PyArray& a) { return export_interface(a); })
+      .def_prop_ro("__cuda_array_interface__",
+                   exit_safe([](PyArray& a) { return export_interface(a); }))
       .def("__len__",
            [](const PyArray& a) {
              if (a.view.ndim() == 0) throw_error(Errc::type_error, "len() of a 0-d array");
              return a.view.shape()[0];
            })
+      .def("__bool__", exit_safe(&truth),
+           "The element's truth for a one-element array (copied to the host); ValueError "
+           "otherwise, as NumPy.")
+      .def("__array__", exit_safe(&array_protocol), nb::arg("dtype").none() = nb::none(),
+           nb::arg("copy").none() = nb::none(),
+           "NumPy's protocol: a host copy (np.asarray(a) is a.copy_to_host()); copy=False is a "
+           "ValueError, since a device array cannot be viewed from the host.")
       .def("is_c_contiguous", [](const PyArray& a) { return a.view.layout().is_c_contiguous(); })
       .def("is_f_contiguous", [](const PyArray& a) { return a.view.layout().is_f_contiguous(); })
-      .def("copy_to_host", &copy_to_host_impl, nb::arg("ary") = nb::none(),
+      .def("copy_to_host", exit_safe(&copy_to_host_impl), nb::arg("ary").none() = nb::none(),
            nb::arg("stream").none() = 0,
            "Copies to a NumPy array (a new one, or `ary`) and waits for the copy.")
-      .def(
-          "copy_to_device",
-          [](PyArray& self, nb::handle obj, nb::handle stream) {
-            const auto s = stream_arg(stream, "copy_to_device()", array_stream(self.view));
-            self.view.require_writable("copy_to_device()", "the array");
-            if (is_device_value(obj)) {
-              View src = import_view(obj, true, "copy_to_device()");
-              copy(self.view, src, s);
-            } else {
-              set_from_host(self.view, obj, s);
-            }
-          },
-          nb::arg("obj"), nb::arg("stream").none() = 0,
-          "Copies a host array (anything NumPy reads) or a device array into this array.")
-      .def(
-          "__getitem__",
-          [](PyArray& self, nb::handle key) {
-            if (auto element = host_element(self, key)) return *element;
-            return wrap(index_view(self.view, key), self.np_dtype);
-          },
-          nb::arg("key").none())
-      .def("__setitem__", &setitem, nb::arg("key").none(), nb::arg("value"))
+      .def("copy_to_device", exit_safe([](PyArray& self, nb::handle obj, nb::handle stream) {
+             const auto s = stream_arg(stream, "copy_to_device()", array_stream(self.view));
+             self.view.require_writable("copy_to_device()", "the array");
+             if (is_device_value(obj)) {
+               View src = import_view(obj, true, "copy_to_device()");
+               copy(self.view, src, s);
+             } else {
+               set_from_host(self.view, obj, s);
+             }
+           }),
+           nb::arg("obj"), nb::arg("stream").none() = 0,
+           "Copies a host array (anything NumPy reads) or a device array into this array.")
+      .def("__getitem__", exit_safe([](PyArray& self, nb::handle key) {
+             const std::vector<IndexItem> items = index_items(key);
+             if (auto element = host_element(self, items)) return *element;
+             return wrap(self.view.index(items), self.np_dtype);
+           }),
+           nb::arg("key").none())
+      .def("__setitem__", exit_safe(&setitem), nb::arg("key").none(), nb::arg("value").none())
       .def(
           "slice",
           [](PyArray& self, int axis, std::int64_t start, std::int64_t stop) {
@@ -354,108 +441,96 @@ void bind_array(nb::module_& m) {
           "View of [start, stop) along one axis with the tile-array rules "
           "(0 <= start < N, start <= stop <= N).")
       .def("__repr__", [](PyArray& self) {
-        return "<cai.DeviceNDArray shape=" + shape_repr(self.view.shape()) +
+        return "<cai.DeviceNDArray shape=" + format_dims(self.view.shape()) +
                " dtype=" + std::string(nb::str(array_dtype(self)).c_str()) +
                (self.view.readonly() ? " readonly" : "") + ">";
       });
 
-  m.def(
-      "device_array",
-      [](nb::handle shape, nb::handle dtype, nb::handle strides, const std::string& order,
-         nb::handle stream) {
-        if (order != "C" && order != "F")
-          throw_error(Errc::value_error,
-                      "device_array(): order must be 'C' or 'F', got '" + order + "'");
-        const Dims dims = dims_from_python(shape, "shape");
-        nb::object dt = np().attr("dtype")(dtype);
-        DType t = dtype_from_numpy(dt, "device_array()");
-        auto s = stream_arg(stream, "device_array()", library_default_stream());
-        return wrap(allocate_like(std::move(t), dims, strides, order == "F", s), dt);
-      },
-      nb::arg("shape"), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
-      nb::arg("strides") = nb::none(), nb::arg("order") = "C", nb::arg("stream").none() = 0,
-      "A new uninitialized device array; `stream` becomes its default stream.");
-  m.def(
-      "device_array_like",
-      [](nb::handle ary, nb::handle stream) {
-        auto s = stream_arg(stream, "device_array_like()", library_default_stream());
-        if (!as_py_array(ary) && is_device_value(ary)) {
-          // A foreign GPU array: its interface says shape, dtype and order.
-          const View like = import_view(ary, false, "device_array_like()");
-          const bool f = !like.layout().is_c_contiguous() && like.layout().is_f_contiguous();
-          return wrap(View::allocate(like.dtype(), like.shape(), f, s));
-        }
-        nb::object shape = ary.attr("shape");
-        nb::object dt = np().attr("dtype")(ary.attr("dtype"));
-        bool fortran = false;
-        if (PyArray* a = as_py_array(ary))
-          fortran = !a->view.layout().is_c_contiguous() && a->view.layout().is_f_contiguous();
-        else if (nb::hasattr(ary, "flags"))
-          fortran = !nb::cast<bool>(ary.attr("flags").attr("c_contiguous")) &&
-                    nb::cast<bool>(ary.attr("flags").attr("f_contiguous"));
-        return wrap(View::allocate(dtype_from_numpy(dt, "device_array_like()"),
-                                   dims_from_python(shape, "shape"), fortran, s),
-                    dt);
-      },
-      nb::arg("ary"), nb::arg("stream").none() = 0);
-  m.def(
-      "to_device",
-      [](nb::handle obj, nb::handle stream) {
-        auto s = stream_arg(stream, "to_device()", library_default_stream());
-        if (is_device_value(obj)) {
-          // Already on the device: a device-to-device copy, stream-ordered like any op.
-          const View src = import_view(obj, true, "to_device()");
-          const bool f = !src.layout().is_c_contiguous() && src.layout().is_f_contiguous();
-          View dst = View::allocate(src.dtype(), src.shape(), f, s);
-          copy(dst, src, s);
-          return wrap(std::move(dst));
-        }
-        nb::object arr = np().attr("asarray")(obj);
-        nb::object dt = arr.attr("dtype");
-        const bool fortran = !nb::cast<bool>(arr.attr("flags").attr("c_contiguous")) &&
-                             nb::cast<bool>(arr.attr("flags").attr("f_contiguous"));
-        View v = View::allocate(dtype_from_numpy(dt, "to_device()"),
-                                dims_from_python(arr.attr("shape"), "shape"), fortran, s);
-        // The device copy is C or F ordered like the source; the host side is C ordered.
-        nb::object host = np().attr("ascontiguousarray")(arr);
-        if (fortran) {
-          nb::object t = np().attr("ascontiguousarray")(arr.attr("T"));
-          const void* ptr = buffer_ptr(t);
-          NoGil nogil;
-          copy_from_host(v.transpose(), ptr, s);
-        } else {
+  m.def("device_array",
+        exit_safe([](nb::handle shape, nb::handle dtype, nb::handle strides,
+                     const std::string& order, nb::handle stream) {
+          if (order != "C" && order != "F")
+            throw_error(Errc::value_error,
+                        "device_array(): order must be 'C' or 'F', got '" + order + "'");
+          const Dims dims = read_dims(shape, "shape", DimsForm::argument);
+          nb::object dt = numpy_module().attr("dtype")(dtype);
+          DType t = dtype_from_numpy(dt, "device_array()");
+          auto s = stream_arg(stream, "device_array()", library_default_stream());
+          return wrap(allocate_like(std::move(t), dims, strides, order == "F", s), dt);
+        }),
+        nb::arg("shape").none(), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
+        nb::arg("strides") = nb::none(), nb::arg("order") = "C", nb::arg("stream").none() = 0,
+        "A new uninitialized device array; `stream` becomes its default stream.");
+  m.def("device_array_like", exit_safe([](nb::handle ary, nb::handle stream) {
+          auto s = stream_arg(stream, "device_array_like()", library_default_stream());
+          PyArray* a = as_py_array(ary, "device_array_like()");
+          if (!a && is_device_value(ary)) {
+            // A foreign GPU array: its interface says shape, dtype and order.
+            const View like = import_view(ary, false, "device_array_like()");
+            const bool f = !like.layout().is_c_contiguous() && like.layout().is_f_contiguous();
+            return wrap(View::allocate(like.dtype(), like.shape(), f, s));
+          }
+          nb::object shape = ary.attr("shape");
+          nb::object dt = numpy_module().attr("dtype")(ary.attr("dtype"));
+          bool fortran = false;
+          if (a)
+            fortran = !a->view.layout().is_c_contiguous() && a->view.layout().is_f_contiguous();
+          else if (nb::hasattr(ary, "flags"))
+            fortran = !nb::cast<bool>(ary.attr("flags").attr("c_contiguous")) &&
+                      nb::cast<bool>(ary.attr("flags").attr("f_contiguous"));
+          return wrap(View::allocate(dtype_from_numpy(dt, "device_array_like()"),
+                                     read_dims(shape, "shape", DimsForm::argument), fortran, s),
+                      dt);
+        }),
+        nb::arg("ary"), nb::arg("stream").none() = 0);
+  m.def("to_device", exit_safe([](nb::handle obj, nb::handle stream) {
+          auto s = stream_arg(stream, "to_device()", library_default_stream());
+          if (is_device_value(obj)) {
+            // Already on the device: a device-to-device copy, stream-ordered like any op.
+            const View src = import_view(obj, true, "to_device()");
+            const bool f = !src.layout().is_c_contiguous() && src.layout().is_f_contiguous();
+            View dst = View::allocate(src.dtype(), src.shape(), f, s);
+            copy(dst, src, s);
+            return wrap(std::move(dst));
+          }
+          nb::object arr = numpy_module().attr("asarray")(obj);
+          nb::object dt = arr.attr("dtype");
+          const bool fortran = !nb::cast<bool>(arr.attr("flags").attr("c_contiguous")) &&
+                               nb::cast<bool>(arr.attr("flags").attr("f_contiguous"));
+          View v =
+              View::allocate(dtype_from_numpy(dt, "to_device()"),
+                             read_dims(arr.attr("shape"), "shape", DimsForm::argument), fortran, s);
+          // The device copy is C or F ordered like the source; the host side is C ordered.
+          nb::object host =
+              numpy_module().attr("ascontiguousarray")(fortran ? nb::object(arr.attr("T")) : arr);
           const void* ptr = buffer_ptr(host);
-          NoGil nogil;
-          copy_from_host(v, ptr, s);
-        }
-        return wrap(std::move(v), dt);
-      },
-      nb::arg("obj"), nb::arg("stream").none() = 0,
-      "Copies a host array (anything NumPy reads) to a new device array on `stream`.");
+          {
+            NoGil nogil;
+            copy_from_host(fortran ? v.transpose() : v, ptr, s);
+          }
+          return wrap(std::move(v), dt);
+        }),
+        nb::arg("obj"), nb::arg("stream").none() = 0,
+        "Copies a host array (anything NumPy reads) to a new device array on `stream`.");
 
-  m.def(
-      "as_cuda_array",
-      [](nb::handle obj, bool sync) {
-        if (as_py_array(obj)) return nb::borrow(obj);
-        return wrap(import_view(obj, sync, "as_cuda_array()"));
-      },
-      nb::arg("obj"), nb::arg("sync") = true,
-      "A DeviceNDArray viewing any object with __cuda_array_interface__ (no copy); keeps `obj` "
-      "alive. With sync (and cai.config.CUDA_ARRAY_INTERFACE_SYNC), the producer's stream "
-      "becomes the array's stream and later work is ordered after it with events.");
-  m.def(
-      "from_cuda_array_interface",
-      [](nb::handle desc, nb::handle owner, bool sync) {
-        return wrap(view_from_interface(desc, owner, sync, "from_cuda_array_interface()"));
-      },
-      nb::arg("desc"), nb::arg("owner") = nb::none(), nb::arg("sync") = true,
-      "A DeviceNDArray from a CAI dict; keeps `owner` alive if given.");
-  m.def(
-      "is_cuda_array",
-      [](nb::handle obj) {
-        return as_py_array(obj) != nullptr || nb::hasattr(obj, "__cuda_array_interface__");
-      },
-      nb::arg("obj"));
+  m.def("as_cuda_array", exit_safe([](nb::handle obj, bool sync) {
+          if (as_py_array(obj, "as_cuda_array()")) return nb::borrow(obj);
+          return wrap(import_view(obj, sync, "as_cuda_array()"));
+        }),
+        nb::arg("obj").none(), nb::arg("sync") = true,
+        "A DeviceNDArray viewing any object with __cuda_array_interface__ (no copy); keeps `obj` "
+        "alive. With sync (and cai.config.CUDA_ARRAY_INTERFACE_SYNC), the producer's stream "
+        "becomes the array's stream and later work is ordered after it with events.");
+  m.def("from_cuda_array_interface", exit_safe([](nb::handle desc, nb::handle owner, bool sync) {
+          return wrap(view_from_interface(desc, owner, sync, "from_cuda_array_interface()"));
+        }),
+        nb::arg("desc").none(), nb::arg("owner").none() = nb::none(), nb::arg("sync") = true,
+        "A DeviceNDArray from a CAI dict; keeps `owner` alive if given.");
+  m.def("is_cuda_array", exit_safe([](nb::handle obj) {
+          return as_py_array(obj, "is_cuda_array()") != nullptr ||
+                 nb::hasattr(obj, "__cuda_array_interface__");
+        }),
+        nb::arg("obj").none());
 }
 
 }  // namespace cai::python

@@ -10,10 +10,17 @@
 #include "cai/arrays/view.h"
 #include "cai/core/interface.h"
 #include "common.h"
+#include "convert.h"
 
 namespace cai::python {
 
 /// cai.DeviceNDArray: a View plus Python-side caches.
+///
+/// The garbage collector sees the Python objects it holds (tp_traverse): its caches, and the
+/// Python owners of its memory and mask (keep_alive owners) when this array is their only
+/// holder. wrap() gives every array its own owner so that this holds except while C++ keeps
+/// a copy of the View (an operation in flight, an exported DLPack tensor), when the owner is
+/// rightly treated as referenced from outside.
 struct PyArray {
   View view;
   nb::object np_dtype;   ///< numpy.dtype, built on first use
@@ -24,15 +31,19 @@ struct PyArray {
   PyArray(View v, nb::object dtype) : view(std::move(v)), np_dtype(std::move(dtype)) {}
   PyArray(const PyArray&) = delete;
   PyArray& operator=(const PyArray&) = delete;
-  // At exit, device memory is leaked rather than freed (see device::set_exiting), while the
-  // Python owners are released normally.
+  /// Frees without the GIL when this array held the last reference to cai-allocated memory
+  /// (the free waits for the streams using it). At exit, device memory is leaked rather than
+  /// freed (see device::set_exiting), while the Python owners are released normally.
+  ~PyArray();
 };
 
 /// Wraps a View in a new cai.DeviceNDArray.
 nb::object wrap(View view, nb::object np_dtype = {});
 
-/// The DeviceNDArray inside `obj`, or nullptr if obj is not one (never throws).
-PyArray* as_py_array(nb::handle obj) noexcept;
+/// The DeviceNDArray inside `obj`, or nullptr if obj is not one (never throws). An instance
+/// that holds no array (made by DeviceNDArray.__new__, or cleared by the garbage collector)
+/// is a TypeError naming `entry`.
+PyArray* as_py_array(nb::handle obj, const char* entry = "DeviceNDArray");
 
 /// Imports any object with __cuda_array_interface__ (our own arrays are taken as they are).
 /// `entry` names the caller in messages. With sync, an integer stream becomes the array's
@@ -46,9 +57,6 @@ View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const ch
 /// True when obj's type exposes the DLPack protocol.
 bool has_dlpack(nb::handle obj);
 
-/// Keeps a Python object alive from C++ (released under the GIL; leaked after finalization).
-std::shared_ptr<const void> keep_alive(nb::handle obj);
-
 /// Validates a CAI dict into a View whose memory is kept alive by `owner` (may be None).
 View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry,
                          int depth = 0);
@@ -60,14 +68,9 @@ nb::dict export_interface(PyArray& a);  ///< the same, with the fixed entries ca
 /// DType <-> numpy.dtype.
 DType dtype_from_numpy(nb::handle np_dtype, const char* entry);
 nb::object numpy_dtype(const DType& t);
-nb::object numpy_module();
 
 /// Python descr list -> DescrEntry tree, and back.
 std::vector<DescrEntry> descr_from_python(nb::handle list, int depth = 0);
 nb::list descr_to_python(const std::vector<DescrEntry>& descr);
-
-/// Shape tuple from a View, and a Python int or sequence of ints to Dims.
-nb::tuple to_tuple(std::span<const std::int64_t> values);
-Dims dims_from_python(nb::handle obj, const char* what);
 
 }  // namespace cai::python

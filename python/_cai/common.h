@@ -4,7 +4,10 @@
 
 #include <nanobind/nanobind.h>
 
+#include <cxxabi.h>
+
 #include <memory>
+#include <utility>
 
 #include "cai/core/error.h"
 #include "cai/device/backend.h"
@@ -42,6 +45,64 @@ inline bool py_finalizing() noexcept {
 #else
   return _Py_IsFinalizing();
 #endif
+}
+
+/// Parks the calling thread for good: what a thread the interpreter ends at exit does instead
+/// of unwinding (see call_python).
+[[noreturn]] void park_thread();
+
+/// Runs Python code from C++: f calls one C-API function (no C++ object with a destructor
+/// between it and here). Before Python 3.14, a daemon thread that takes the GIL back after
+/// the interpreter began to finalize is ended with pthread_exit, a forced unwind; through cai's
+/// frames and nanobind's catch (...) it would release objects without the GIL and then crash.
+/// The thread parks here instead (the process is exiting), never leaving the handler, so the
+/// unwind is not swallowed.
+template <class F>
+auto call_python(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (abi::__forced_unwind&) {
+    park_thread();
+  }
+}
+
+/// Holds the GIL in code that may run without it (deleters of Python owners, called from
+/// any thread). A thread that the interpreter ends while it waits for the GIL parks instead of
+/// unwinding through the noexcept destructor that called it (see call_python).
+class WithGil {
+ public:
+  WithGil() : state_(call_python([] { return PyGILState_Ensure(); })) {}
+  ~WithGil() { PyGILState_Release(state_); }
+  WithGil(const WithGil&) = delete;
+  WithGil& operator=(const WithGil&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
+namespace detail {
+template <class F, class R, class... A>
+auto exit_safe(F f, R (F::*)(A...) const) {
+  return [f = std::move(f)](A... args) -> R {
+    try {
+      return f(std::forward<A>(args)...);
+    } catch (abi::__forced_unwind&) {
+      park_thread();
+    }
+  };
+}
+}  // namespace detail
+
+/// Wraps a binding's body (a lambda) so that a forced unwind that started in Python code
+/// deeper down parks the thread before it reaches nanobind's dispatcher (see call_python):
+/// the safety net for the Python calls not made through call_python.
+template <class F>
+auto exit_safe(F f) {
+  return detail::exit_safe(std::move(f), &F::operator());
+}
+template <class R, class... A>
+auto exit_safe(R (*f)(A...)) {
+  return exit_safe([f](A... args) -> R { return f(std::forward<A>(args)...); });
 }
 
 /// Releases the GIL around a blocking wait. Unlike nb::gil_scoped_release, it never tries to
@@ -82,6 +143,8 @@ int guarded(F&& f) noexcept {
     e.restore();
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (abi::__forced_unwind&) {
+    park_thread();  // see call_python
   }
   return -1;
 }
@@ -93,5 +156,7 @@ void bind_array(nb::module_& m);
 void bind_ops(nb::module_& m);
 void bind_dlpack(nb::module_& m);
 void bind_capi(nb::module_& m);
+void bind_devices(nb::module_& m);
+void bind_ipc(nb::module_& m);
 
 }  // namespace cai::python

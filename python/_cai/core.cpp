@@ -46,7 +46,8 @@ void bind_core(nb::module_& m) {
   core.def(
       "layout_facts",
       [](nb::handle shape, nb::handle strides, std::int64_t itemsize) {
-        Layout l(dims_from_python(shape, "shape"), dims_from_python(strides, "strides"), itemsize);
+        Layout l(read_dims(shape, "shape", DimsForm::argument),
+                 read_dims(strides, "strides", DimsForm::argument), itemsize);
         nb::dict d;
         d["c_contiguous"] = l.is_c_contiguous();
         d["f_contiguous"] = l.is_f_contiguous();

@@ -11,6 +11,7 @@
 #include "cai/core/interface.h"
 #include "cai/device/simulator.h"
 #include "common.h"
+#include "convert.h"
 
 namespace cai::python {
 
@@ -31,25 +32,9 @@ std::string handle_repr(StreamHandle h) {
   return buf;
 }
 
-StreamHandle int_handle(nb::handle obj, const char* entry) {
-  if (PyBool_Check(obj.ptr()))
-    throw_error(Errc::type_error, std::string(entry) +
-                                      ": stream=: expected a cai.Stream, an int "
-                                      "handle or an object with __cuda_stream__, "
-                                      "got bool");
-  PyObject* o = obj.ptr();
-  int overflow = 0;
-  const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
-  if (overflow > 0) {
-    const unsigned long long u = PyLong_AsUnsignedLongLong(o);
-    if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) throw nb::python_error();
-    return u;
-  }
-  if (overflow < 0 || v < 0)
-    throw_error(Errc::value_error, std::string(entry) + ": stream=" + nb::repr(obj).c_str() +
-                                       ": a stream handle cannot be negative");
-  return static_cast<StreamHandle>(v);
+// An integer stream handle, under the integer policy (docs/python.md).
+StreamHandle int_handle(nb::handle obj, const std::string& what) {
+  return read_uint64(obj, what, "an int");
 }
 
 }  // namespace
@@ -61,37 +46,41 @@ sync::StreamRef library_default_stream() {
 sync::StreamRef stream_arg(nb::handle obj, const char* entry, const sync::StreamRef& fallback) {
   if (obj.is_none()) return fallback;
   if (PyStream * s; nb::try_cast<PyStream*>(obj, s) && s) return s->ref();
-  if (PyLong_Check(obj.ptr())) {
-    const StreamHandle h = int_handle(obj, entry);
-    if (h == 0) return fallback;
-    return {h, nullptr};
-  }
-  if (nb::hasattr(obj, "__cuda_stream__")) {
+  static PyObject* protocol = PyUnicode_InternFromString("__cuda_stream__");
+  if (!is_integer(obj)) {
+    PyObject* method = call_python([&] { return PyObject_GetAttr(obj.ptr(), protocol); });
+    if (!method) {
+      if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
+      PyErr_Clear();
+      throw_error(Errc::type_error,
+                  std::string(entry) +
+                      ": stream=: expected a cai.Stream, an int handle, 0/None for the default, "
+                      "or an object with __cuda_stream__; got " +
+                      type_name_of(obj));
+    }
     // cuda.core's protocol: __cuda_stream__() -> (version, handle).
-    nb::object t = obj.attr("__cuda_stream__")();
+    nb::object m = nb::steal(method);
+    PyObject* r = call_python([&] { return PyObject_CallNoArgs(m.ptr()); });
+    if (!r) throw nb::python_error();
+    nb::object t = nb::steal(r);
     if (!PyTuple_Check(t.ptr()) || PyTuple_GET_SIZE(t.ptr()) != 2)
       throw_error(Errc::type_error, std::string(entry) +
                                         ": stream=: __cuda_stream__() must return a tuple "
                                         "(version, handle), got " +
-                                        nb::repr(t).c_str());
-    const StreamHandle h = int_handle(nb::handle(PyTuple_GET_ITEM(t.ptr(), 1)), entry);
+                                        short_repr(t));
+    const StreamHandle h = int_handle(PyTuple_GET_ITEM(t.ptr(), 1),
+                                      std::string(entry) + ": stream=: __cuda_stream__() handle");
     if (h == 0)
       throw_error(
           Errc::value_error,
           stream_zero_message(std::string(entry) + ": stream=: __cuda_stream__() returned handle",
                               "1 or 2 for the default streams"));
     // Keep the foreign stream object alive as long as we use its handle.
-    auto owner = std::shared_ptr<const void>(new nb::object(nb::borrow(obj)), [](const void* p) {
-      nb::gil_scoped_acquire gil;
-      delete static_cast<const nb::object*>(p);
-    });
-    return {h, std::move(owner)};
+    return {h, keep_alive(obj)};
   }
-  throw_error(Errc::type_error,
-              std::string(entry) +
-                  ": stream=: expected a cai.Stream, an int handle, 0/None for the default, or an "
-                  "object with __cuda_stream__; got " +
-                  nb::inst_name(obj).c_str());
+  const StreamHandle h = int_handle(obj, std::string(entry) + ": stream");
+  if (h == 0) return fallback;
+  return {h, nullptr};
 }
 
 void bind_device(nb::module_& m) {
@@ -137,35 +126,29 @@ void bind_device(nb::module_& m) {
       "The stream cai uses when stream=0: the legacy default stream.");
   m.def("legacy_default_stream", [] { return named_stream(device::kLegacyDefaultStream); });
   m.def("per_thread_default_stream", [] { return named_stream(device::kPerThreadDefaultStream); });
-  m.def(
-      "external_stream",
-      [](nb::handle handle) {
-        const StreamHandle h = int_handle(handle, "external_stream()");
-        if (h == 0)
-          throw_error(Errc::value_error,
-                      stream_zero_message("external_stream(): handle",
-                                          "1 (legacy default) or 2 (per-thread default)"));
-        return named_stream(h);
-      },
-      nb::arg("handle"), "Wraps a stream someone else owns; cai never destroys it.");
+  m.def("external_stream", exit_safe([](nb::handle handle) {
+          const StreamHandle h = int_handle(handle, "external_stream(): handle");
+          if (h == 0)
+            throw_error(Errc::value_error,
+                        stream_zero_message("external_stream(): handle",
+                                            "1 (legacy default) or 2 (per-thread default)"));
+          return named_stream(h);
+        }),
+        nb::arg("handle"), "Wraps a stream someone else owns; cai never destroys it.");
 
   nb::class_<PyEvent>(m, "Event", "A CUDA event (or a simulator event).")
       .def_prop_ro("handle", [](const PyEvent& e) { return e.event->handle(); })
-      .def(
-          "record",
-          [](const PyEvent& e, nb::handle stream) {
-            auto s = stream_arg(stream, "Event.record()", library_default_stream());
-            backend().event_record(e.event->handle(), s.handle);
-          },
-          nb::arg("stream").none() = 0, "Records the event on `stream` (0: the default stream).")
-      .def(
-          "wait",
-          [](const PyEvent& e, nb::handle stream) {
-            auto s = stream_arg(stream, "Event.wait()", library_default_stream());
-            backend().stream_wait_event(s.handle, e.event->handle());
-          },
-          nb::arg("stream").none() = 0,
-          "Makes later work on `stream` wait for this event; the host does not block.")
+      .def("record", exit_safe([](const PyEvent& e, nb::handle stream) {
+             auto s = stream_arg(stream, "Event.record()", library_default_stream());
+             backend().event_record(e.event->handle(), s.handle);
+           }),
+           nb::arg("stream").none() = 0, "Records the event on `stream` (0: the default stream).")
+      .def("wait", exit_safe([](const PyEvent& e, nb::handle stream) {
+             auto s = stream_arg(stream, "Event.wait()", library_default_stream());
+             backend().stream_wait_event(s.handle, e.event->handle());
+           }),
+           nb::arg("stream").none() = 0,
+           "Makes later work on `stream` wait for this event; the host does not block.")
       .def("synchronize",
            [](const PyEvent& e) {
              NoGil nogil;
@@ -197,16 +180,13 @@ void bind_device(nb::module_& m) {
   nb::module_ sim = m.def_submodule("sim", "Controls of the CPU simulator (CAI_BACKEND=sim).");
   sim.def(
       "active", [] { return device::sim::active(); }, "True when the backend is the simulator.");
-  sim.def(
-      "delay",
-      [](nb::handle stream, double seconds) {
-        if (!(seconds >= 0)) throw_error(Errc::value_error, "sim.delay(): seconds must be >= 0");
-        auto s = stream_arg(stream, "sim.delay()", library_default_stream());
-        device::sim::delay(s.handle, seconds);
-      },
-      nb::arg("stream"), nb::arg("seconds"),
-      "Enqueues a pause on `stream`: later work on it starts that much later; the host does "
-      "not wait.");
+  sim.def("delay", exit_safe([](nb::handle stream, double seconds) {
+            auto s = stream_arg(stream, "sim.delay()", library_default_stream());
+            device::sim::delay(s.handle, seconds);  // refuses what no real GPU work could take
+          }),
+          nb::arg("stream"), nb::arg("seconds"),
+          "Enqueues a pause on `stream`: later work on it starts that much later; the host does "
+          "not wait.");
   sim.def(
       "set_race_detection", [](bool on) { device::sim::set_race_detection(on); }, nb::arg("on"));
   sim.def("race_detection", [] { return device::sim::race_detection(); });

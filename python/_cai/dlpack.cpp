@@ -4,6 +4,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/tuple.h>
 
+#include <array>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -61,40 +62,8 @@ nb::object make_capsule(Managed* t, const char* name, PyCapsule_Destructor destr
   return nb::steal(cap);
 }
 
-// repr() for a message: short, and the type name where repr itself fails (hostile input).
-std::string short_repr(nb::handle o) {
-  PyObject* r = PyObject_Repr(o.ptr());
-  if (!r) {
-    PyErr_Clear();
-    return nb::inst_name(o).c_str();
-  }
-  nb::object ro = nb::steal(r);
-  const char* c = PyUnicode_AsUTF8(r);
-  if (!c) {
-    PyErr_Clear();
-    return nb::inst_name(o).c_str();
-  }
-  std::string out(c);
-  if (out.size() > 60) out = out.substr(0, 57) + "...";
-  return out;
-}
-
-// A Python int as int64 for argument `what`; a TypeError for anything else (bools included)
-// and `range_errc` for ints beyond int64.
-std::int64_t read_int(nb::handle o, const char* what, Errc range_errc = Errc::value_error) {
-  if (!PyLong_Check(o.ptr()) || PyBool_Check(o.ptr()))
-    throw_error(Errc::type_error, std::string(what) + ": expected an int, got " + short_repr(o));
-  int overflow = 0;
-  const long long v = PyLong_AsLongLongAndOverflow(o.ptr(), &overflow);
-  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
-  if (overflow)
-    throw_error(range_errc, std::string(what) + ": " + nb::repr(o).c_str() +
-                                " is out of range (a 64-bit integer is expected)");
-  return v;
-}
-
 int read_int32(nb::handle o, const char* what) {
-  const std::int64_t v = read_int(o, what);
+  const std::int64_t v = read_int64(o, what, "an int", Errc::value_error);
   if (v < INT32_MIN || v > INT32_MAX)
     throw_error(Errc::value_error, std::string(what) + ": " + std::to_string(v) +
                                        " is out of range (a 32-bit integer is expected)");
@@ -118,14 +87,17 @@ std::optional<std::pair<int, int>> read_version(nb::handle max_version) {
 nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_version,
                          nb::handle dl_device, nb::handle copy_arg) {
   const View& v = self.view;
+  if (v.mask())
+    throw_error(Errc::buffer_error,
+                "__dlpack__(): the array is masked, and a DLPack tensor cannot carry a mask; "
+                "export the data and its .mask separately");
   const auto version = read_version(max_version);
   const bool versioned = version && version->first >= 1;
   std::optional<bool> copy;
   if (!copy_arg.is_none()) {
     if (!PyBool_Check(copy_arg.ptr()))
       throw_error(Errc::type_error,
-                  std::string("__dlpack__(): copy: expected None or a bool, got ") +
-                      nb::inst_name(copy_arg).c_str());
+                  "__dlpack__(): copy: expected None or a bool, got " + type_name_of(copy_arg));
     copy = copy_arg.ptr() == Py_True;
   }
 
@@ -141,9 +113,10 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
       to_host = true;
     } else if (type != here.device_type || id != here.device_id) {
       throw_error(Errc::buffer_error,
-                  "__dlpack__(): dl_device=(" + std::to_string(type) + ", " + std::to_string(id) +
-                      ") is not where the array lives (" + std::to_string(here.device_type) + ", " +
-                      std::to_string(here.device_id) + ") and cai copies only to the CPU");
+                  "__dlpack__(): dl_device=" + format_dims(std::array<std::int64_t, 2>{type, id}) +
+                      " is not where the array lives " +
+                      format_dims(std::array<std::int64_t, 2>{here.device_type, here.device_id}) +
+                      " and cai copies only to the CPU");
     }
   }
 
@@ -152,11 +125,8 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
   if (stream.is_none()) {
     if (is_cuda_like(here.device_type)) consumer = device::kLegacyDefaultStream;
   } else {
-    if (!PyLong_Check(stream.ptr()) || PyBool_Check(stream.ptr()))
-      throw_error(Errc::type_error, std::string("__dlpack__(): stream must be None or an int, "
-                                                "got ") +
-                                        nb::inst_name(stream).c_str());
-    const auto s = read_int(stream, "__dlpack__(): stream", Errc::buffer_error);
+    // Any integer, a cai.Stream included (its __index__ is its handle).
+    const auto s = read_int64(stream, "__dlpack__(): stream", "None or an int", Errc::buffer_error);
     if (s == 0)
       throw_error(Errc::buffer_error,
                   stream_zero_message("__dlpack__(): stream=",
@@ -218,55 +188,76 @@ void release_with_gil(Managed* t) {
     t->deleter(t);
     return;
   }
-  PyGILState_STATE st = PyGILState_Ensure();
+  WithGil gil;
   t->deleter(t);
-  PyGILState_Release(st);
 }
 
-// The exchange API of a type, looked up once per type that has one (such types are kept alive
-// by the cache, so the address cannot be reused). Types without one are not cached: holding a
-// user's class would keep its module's globals alive forever.
+// The exchange API of a type, found by a lookup in its MRO and cached per type WITHOUT a
+// reference: a cached type can die, and its module with it. An entry is valid while the type
+// keeps the version tag it had when it was cached: CPython gives a type a new tag (never one
+// used before) whenever its attributes change, so a dead type's address reused by a new type,
+// or a deleted or replaced attribute, both miss. Types without a table are cached too.
 const DLPackExchangeAPI* exchange_api_of(nb::handle obj) {
-  static auto* cache = new std::unordered_map<PyTypeObject*, const DLPackExchangeAPI*>;
+  struct Entry {
+    unsigned int tag;
+    const DLPackExchangeAPI* api;
+  };
+  constexpr std::size_t kMaxEntries = 1024;  // then it starts over: dead types' entries go
+  static auto* cache = new std::unordered_map<PyTypeObject*, Entry>;
   static PyObject* name = PyUnicode_InternFromString("__dlpack_c_exchange_api__");
   PyTypeObject* type = Py_TYPE(obj.ptr());
-  if (auto it = cache->find(type); it != cache->end()) return it->second;
+  if (auto it = cache->find(type); it != cache->end()) {
+    if (PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) && type->tp_version_tag != 0 &&
+        type->tp_version_tag == it->second.tag)
+      return it->second.api;
+    cache->erase(it);
+  }
   const DLPackExchangeAPI* api = nullptr;
-  // A lookup in the type's MRO (cached by CPython): no AttributeError is raised and formatted
-  // for the many types that have no table.
+  // No AttributeError is raised and formatted for the many types that have no table, and the
+  // lookup gives the type a version tag.
   if (PyObject* attr = _PyType_Lookup(type, name)) {
-    Py_INCREF(attr);
     // Only the capsule form: an address given as an int (a draft of 1.3) cannot be checked
     // and would be dereferenced blindly.
     if (PyCapsule_IsValid(attr, "dlpack_exchange_api"))
       api =
           static_cast<const DLPackExchangeAPI*>(PyCapsule_GetPointer(attr, "dlpack_exchange_api"));
     if (PyErr_Occurred()) PyErr_Clear();
-    Py_DECREF(attr);
     if (api && (api->header.version.major != DLPACK_MAJOR_VERSION ||
                 !api->managed_tensor_from_py_object_no_sync || !api->current_work_stream))
       api = nullptr;
   }
-  if (api) {
-    Py_INCREF(type);
-    cache->emplace(type, api);
+  // Types without a valid tag (tags ran out) are looked up every time.
+  if (PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) && type->tp_version_tag != 0) {
+    if (cache->size() >= kMaxEntries) cache->clear();
+    cache->emplace(type, Entry{type->tp_version_tag, api});
   }
   return api;
 }
 
 nb::object call_dlpack(nb::handle obj, nb::handle stream) {
-  if (!nb::hasattr(obj, "__dlpack__"))
-    throw_error(Errc::type_error, std::string("from_dlpack(): ") + nb::inst_name(obj).c_str() +
+  PyObject* m = call_python([&] { return PyObject_GetAttrString(obj.ptr(), "__dlpack__"); });
+  if (!m) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
+    PyErr_Clear();
+    throw_error(Errc::type_error, "from_dlpack(): " + type_name_of(obj) +
                                       " object has no __dlpack__ (expected a DLPack producer)");
-  nb::object method = obj.attr("__dlpack__");
-  try {
-    return method(nb::arg("stream") = stream, nb::arg("max_version") = nb::make_tuple(1, 3));
-  } catch (nb::python_error& e) {
-    if (!e.matches(PyExc_TypeError)) throw;
   }
+  nb::object method = nb::steal(m);
+  nb::tuple no_args = nb::make_tuple();
+  nb::dict versioned, kwargs;
+  versioned["stream"] = stream;
+  versioned["max_version"] = nb::make_tuple(1, 3);
+  if (!stream.is_none()) kwargs["stream"] = stream;
+  // The producer's Python code runs here (see call_python).
+  PyObject* r =
+      call_python([&] { return PyObject_Call(method.ptr(), no_args.ptr(), versioned.ptr()); });
+  if (r) return nb::steal(r);
+  if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
+  PyErr_Clear();
   // A producer from before DLPack 1.0 knows neither max_version nor versioned capsules.
-  if (stream.is_none()) return method();
-  return method(nb::arg("stream") = stream);
+  r = call_python([&] { return PyObject_Call(method.ptr(), no_args.ptr(), kwargs.ptr()); });
+  if (!r) throw nb::python_error();
+  return nb::steal(r);
 }
 
 // Consumes a capsule: renames it "used_..." and gives its tensor to a View.
@@ -283,8 +274,7 @@ View consume_capsule(nb::handle capsule, DlpackImport& info) {
     return from_dlpack(t, nullptr, &release_with_gil<DLManagedTensor>, &info);
   }
   throw_error(Errc::type_error,
-              std::string("from_dlpack(): __dlpack__() returned ") +
-                  nb::inst_name(capsule).c_str() +
+              "from_dlpack(): __dlpack__() returned " + type_name_of(capsule) +
                   ", expected an unconsumed PyCapsule named 'dltensor_versioned' or 'dltensor'");
 }
 
@@ -301,20 +291,24 @@ View host_to_device(const View& host, const sync::StreamRef& stream) {
 View finish_import(View v, const DlpackImport& info, std::optional<bool> copy,
                    std::optional<device::StreamHandle> producer_stream, bool sync,
                    const char* entry) {
+  // from_dlpack() speaks DLPack (BufferError); the CAI entry points (as_cuda_array, the ops)
+  // follow Numba, whose callers catch TypeError for "not a GPU array".
+  const bool dlpack_entry = copy.has_value() || std::string_view(entry) == "from_dlpack()";
+  const Errc not_on_device = dlpack_entry ? Errc::buffer_error : Errc::type_error;
   if (info.device.device_type == kDLCPU) {
     if (copy != true)
-      throw_error(Errc::buffer_error,
-                  std::string(entry) + ": the tensor is in CPU memory, not on the device; " +
-                      (copy.has_value() || std::string_view(entry) == "from_dlpack()"
-                           ? "pass copy=True to copy it to the device"
-                           : "copy it with cai.to_device() or cai.from_dlpack(obj, copy=True)"));
+      throw_error(
+          not_on_device,
+          std::string(entry) + ": the tensor is in CPU memory, not on the device; " +
+              (dlpack_entry ? "pass copy=True to copy it to the device"
+                            : "copy it with cai.to_device() or cai.from_dlpack(obj, copy=True)"));
     return host_to_device(v, library_default_stream());
   }
   if (!is_cuda_like(info.device.device_type))
-    throw_error(Errc::buffer_error, std::string(entry) + ": device type " +
-                                        std::to_string(info.device.device_type) +
-                                        " is not CUDA memory (expected kDLCUDA, kDLCUDAHost or "
-                                        "kDLCUDAManaged)");
+    throw_error(not_on_device, std::string(entry) + ": device type " +
+                                   std::to_string(info.device.device_type) +
+                                   " is not CUDA memory (expected kDLCUDA, kDLCUDAHost or "
+                                   "kDLCUDAManaged)");
   if (sync && producer_stream && config().import_sync)
     v.sync()->set_stream(sync::StreamRef{*producer_stream, nullptr});
   if (copy == true) {
@@ -346,7 +340,7 @@ int api_allocator(DLTensor* prototype, DLManagedTensorVersioned** out, void* err
 
 int api_from_py_object(void* py_object, DLManagedTensorVersioned** out) {
   return guarded([&] {
-    PyArray* a = as_py_array(nb::handle(static_cast<PyObject*>(py_object)));
+    PyArray* a = as_py_array(static_cast<PyObject*>(py_object), "dlpack exchange API");
     if (!a) throw_error(Errc::type_error, "dlpack exchange API: not a cai.DeviceNDArray");
     *out = to_dlpack_versioned(a->view);
   });
@@ -361,7 +355,7 @@ int api_to_py_object(DLManagedTensorVersioned* tensor, void** out_py_object) {
 
 int api_dltensor_from_py_object(void* py_object, DLTensor* out) {
   return guarded([&] {
-    PyArray* a = as_py_array(nb::handle(static_cast<PyObject*>(py_object)));
+    PyArray* a = as_py_array(static_cast<PyObject*>(py_object), "dlpack exchange API");
     if (!a) throw_error(Errc::type_error, "dlpack exchange API: not a cai.DeviceNDArray");
     if (!a->element_strides)
       a->element_strides = std::make_unique<const Dims>(a->view.layout().element_strides());
@@ -395,7 +389,8 @@ View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const ch
   DlpackImport info{};
   if (const DLPackExchangeAPI* api = exchange_api_of(obj)) {
     DLManagedTensorVersioned* t = nullptr;
-    if (api->managed_tensor_from_py_object_no_sync(obj.ptr(), &t) != 0) throw nb::python_error();
+    if (call_python([&] { return api->managed_tensor_from_py_object_no_sync(obj.ptr(), &t); }) != 0)
+      throw nb::python_error();
     View v = from_dlpack(t, nullptr, &release_with_gil<DLManagedTensorVersioned>, &info);
     // No-sync exchange: the producer's work is on its current work stream.
     void* producer = nullptr;
@@ -412,9 +407,17 @@ View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const ch
   }
   // Ask where the data is first: a CPU producer must not be given a CUDA stream.
   std::int32_t device_type = kDLCUDA;
-  if (nb::hasattr(obj, "__dlpack_device__")) {
-    nb::object dev = obj.attr("__dlpack_device__")();
-    device_type = read_int_pair(dev, "__dlpack_device__()").first;
+  static PyObject* name = PyUnicode_InternFromString("__dlpack_device__");
+  PyObject* method = call_python([&] { return PyObject_GetAttr(obj.ptr(), name); });
+  if (method) {
+    nb::object m = nb::steal(method);
+    PyObject* dev = call_python([&] { return PyObject_CallNoArgs(m.ptr()); });
+    if (!dev) throw nb::python_error();
+    device_type = read_int_pair(nb::steal(dev), "__dlpack_device__()").first;
+  } else if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+    PyErr_Clear();
+  } else {
+    throw nb::python_error();
   }
   nb::object stream = nb::none();
   std::optional<device::StreamHandle> ps;
@@ -432,10 +435,8 @@ View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const ch
 void bind_dlpack(nb::module_& m) {
   nb::handle cls = nb::type<PyArray>();
   cls.attr("__dlpack__") = nb::cpp_function(
-      [](PyArray& self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
-         nb::handle copy) { return dlpack_export(self, stream, max_version, dl_device, copy); },
-      nb::is_method(), nb::scope(cls), nb::name("__dlpack__"), nb::kw_only(),
-      nb::arg("stream") = nb::none(), nb::arg("max_version") = nb::none(),
+      exit_safe(&dlpack_export), nb::is_method(), nb::scope(cls), nb::name("__dlpack__"),
+      nb::kw_only(), nb::arg("stream") = nb::none(), nb::arg("max_version") = nb::none(),
       nb::arg("dl_device") = nb::none(), nb::arg("copy") = nb::none(),
       "Exports the array as a DLPack capsule ('dltensor_versioned' when max_version >= (1, 0)). "
       "`stream` is the consumer's: it is made to wait for the array's work (-1: no ordering).");
@@ -449,17 +450,13 @@ void bind_dlpack(nb::module_& m) {
   cls.attr("__dlpack_c_exchange_api__") = nb::steal(PyCapsule_New(
       const_cast<DLPackExchangeAPI*>(&g_exchange_api), "dlpack_exchange_api", nullptr));
 
-  m.def(
-      "from_dlpack",
-      [](nb::handle obj, std::optional<bool> copy) {
-        if (PyArray* a = as_py_array(obj)) {
-          if (copy != true) return nb::borrow(obj);
-        }
-        return wrap(import_dlpack(obj, copy, true, "from_dlpack()"));
-      },
-      nb::arg("obj"), nb::kw_only(), nb::arg("copy") = nb::none(),
-      "A DeviceNDArray from any DLPack producer (no copy). CPU tensors are copied to the "
-      "device only with copy=True. The producer's work is ordered before cai's with events.");
+  m.def("from_dlpack", exit_safe([](nb::handle obj, std::optional<bool> copy) {
+          if (as_py_array(obj, "from_dlpack()") && copy != true) return nb::borrow(obj);
+          return wrap(import_dlpack(obj, copy, true, "from_dlpack()"));
+        }),
+        nb::arg("obj").none(), nb::kw_only(), nb::arg("copy") = nb::none(),
+        "A DeviceNDArray from any DLPack producer (no copy). CPU tensors are copied to the "
+        "device only with copy=True. The producer's work is ordered before cai's with events.");
 }
 
 }  // namespace cai::python

@@ -34,49 +34,8 @@ const Keys& keys() {
   return k;
 }
 
-std::string type_name(PyObject* o) {
-  return Py_TYPE(o)->tp_name;
-}
-
-// A Python int (or an object with __index__, such as numpy.int64) as int64; bool is refused
-// because True as a dimension is a bug in the producer, not a number.
-std::int64_t read_int64(PyObject* o, const char* key, const char* expected) {
-  if (PyBool_Check(o)) throw_key_type_error(key, "bool", expected);
-  if (PyLong_CheckExact(o) || PyLong_Check(o)) {
-    int overflow = 0;
-    const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (v == -1 && PyErr_Occurred()) throw nb::python_error();
-    if (overflow)
-      throw_error(Errc::overflow, std::string(key) + ": " + nb::repr(o).c_str() +
-                                      " does not fit in a signed 64-bit integer");
-    return v;
-  }
-  if (PyIndex_Check(o)) {
-    nb::object i = nb::steal(PyNumber_Index(o));
-    if (!i.is_valid()) throw nb::python_error();
-    return read_int64(i.ptr(), key, expected);
-  }
-  throw_key_type_error(key, type_name(o), expected);
-}
-
-void read_dims(PyObject* o, const char* key, Dims& out) {
-  const char* expected = "a tuple of int";
-  if (!PyTuple_Check(o) && !PyList_Check(o)) throw_key_type_error(key, type_name(o), expected);
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-  if (n > max_ndim)
-    throw_error(Errc::value_error, std::string(key) + ": " + std::to_string(n) +
-                                       " dimensions; at most " + std::to_string(max_ndim) +
-                                       " are supported");
-  out.resize(static_cast<std::size_t>(n));
-  // A list can be changed by an item's __index__ while we read it: read a tuple copy.
-  nb::object tuple = PyList_Check(o) ? nb::steal(PyList_AsTuple(o)) : nb::borrow(o);
-  if (!tuple.is_valid()) throw nb::python_error();
-  for (Py_ssize_t i = 0; i < n; ++i)
-    out[static_cast<std::size_t>(i)] = read_int64(PyTuple_GET_ITEM(tuple.ptr(), i), key, expected);
-}
-
 std::string_view read_str(PyObject* o, const char* key) {
-  if (!PyUnicode_Check(o)) throw_key_type_error(key, type_name(o), "a str");
+  if (!PyUnicode_Check(o)) throw_key_type_error(key, type_name_of(o), "a str");
   Py_ssize_t n = 0;
   const char* s = PyUnicode_AsUTF8AndSize(o, &n);
   if (!s) throw nb::python_error();
@@ -86,78 +45,36 @@ std::string_view read_str(PyObject* o, const char* key) {
 void read_data(PyObject* o, InterfaceFields& f) {
   const char* expected = "a tuple (pointer: int, read_only: bool)";
   if (!(PyTuple_Check(o) || PyList_Check(o)) || PySequence_Fast_GET_SIZE(o) != 2)
-    throw_key_type_error("data", PyTuple_Check(o) ? "a tuple of another length" : type_name(o),
+    throw_key_type_error("data", PyTuple_Check(o) ? "a tuple of another length" : type_name_of(o),
                          expected);
   // Strong references: the pointer's __index__ may change a list holding them.
-  nb::object p_ref = nb::borrow(PySequence_Fast_GET_ITEM(o, 0));
-  nb::object ro_ref = nb::borrow(PySequence_Fast_GET_ITEM(o, 1));
-  PyObject* p = p_ref.ptr();
-  PyObject* ro = ro_ref.ptr();
-  if (PyBool_Check(p) || !PyIndex_Check(p)) throw_key_type_error("data[0]", type_name(p), "an int");
-  nb::object pi = nb::steal(PyNumber_Index(p));
-  if (!pi.is_valid()) throw nb::python_error();
-  const unsigned long long ptr = PyLong_AsUnsignedLongLong(pi.ptr());
-  if (ptr == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-    PyErr_Clear();
-    throw_error(Errc::value_error, std::string("data: pointer ") + nb::repr(p).c_str() +
-                                       " is not a valid address (expected an int in [0, 2**64))");
-  }
+  nb::object p = nb::borrow(PySequence_Fast_GET_ITEM(o, 0));
+  nb::object ro = nb::borrow(PySequence_Fast_GET_ITEM(o, 1));
+  const std::uint64_t ptr = read_uint64(p, "data[0]", "an int");
   // numpy.bool_ is not an int subclass; producers written with NumPy may pass one.
-  if (!PyBool_Check(ro) && !PyLong_Check(ro)) {
-    const int np_bool = PyObject_IsInstance(ro, numpy_module().attr("bool_").ptr());
+  if (!PyBool_Check(ro.ptr()) && !PyLong_Check(ro.ptr())) {
+    const int np_bool = PyObject_IsInstance(ro.ptr(), numpy_module().attr("bool_").ptr());
     if (np_bool < 0) PyErr_Clear();
-    if (np_bool != 1) throw_key_type_error("data[1]", type_name(ro), "a bool (the read-only flag)");
+    if (np_bool != 1)
+      throw_key_type_error("data[1]", type_name_of(ro), "a bool (the read-only flag)");
   }
+  // An int subclass may define __bool__, and it may raise: the array is then refused, never
+  // taken as writable.
+  const int read_only = call_python([&] { return PyObject_IsTrue(ro.ptr()); });
+  if (read_only < 0) throw nb::python_error();
   f.has_data = true;
   f.ptr = ptr;
-  f.read_only = PyObject_IsTrue(ro) == 1;
+  f.read_only = read_only == 1;
 }
 
-}  // namespace
-
-std::shared_ptr<const void> keep_alive(nb::handle obj) {
-  if (!obj.is_valid() || obj.is_none()) return nullptr;
-  Py_INCREF(obj.ptr());
-  return std::shared_ptr<const void>(obj.ptr(), [](const void* p) {
-    // nb::is_alive(), not Py_IsInitialized(): the latter is already false while modules are
-    // torn down at exit, which leaked every imported producer (nanobind reported the leaks).
-    if (!nb::is_alive()) return;
-    PyGILState_STATE st = PyGILState_Ensure();
-    Py_DECREF(static_cast<PyObject*>(const_cast<void*>(p)));
-    PyGILState_Release(st);
-  });
-}
-
-namespace {
-
-// The stream state and the owner of an imported array in one allocation: the View's sync and
-// owner pointers alias it, so an import costs one allocation, not two.
-struct ImportedState {
-  sync::SyncState sync;
-  PyObject* owner = nullptr;
-  ImportedState() = default;
-  ImportedState(const ImportedState&) = delete;
-  ImportedState& operator=(const ImportedState&) = delete;
-  ~ImportedState() {
-    if (!owner || !nb::is_alive()) return;  // leaked after finalization: no Python call is legal
-    PyGILState_STATE st = PyGILState_Ensure();
-    Py_DECREF(owner);
-    PyGILState_Release(st);
-  }
-};
-
+// The stream state of an imported array, owned by the Python object that keeps its memory
+// alive (keep_alive): the garbage collector can then see through arrays (PyArray).
 View view_from_validated(Interface&& itf, nb::handle owner, bool sync) {
-  auto state = std::make_shared<ImportedState>();
+  auto state = std::make_shared<sync::SyncState>();
   if (sync && itf.stream && config().import_sync)
-    state->sync.set_stream(sync::StreamRef{*itf.stream, nullptr});
-  if (owner.is_valid() && !owner.is_none()) {
-    state->owner = owner.ptr();
-    Py_INCREF(state->owner);
-  }
-  std::shared_ptr<sync::SyncState> sync_state(state, &state->sync);
-  std::shared_ptr<const void> keep = std::move(state);
-  return View(itf.ptr, std::move(itf.dtype), std::move(itf.layout), itf.readonly,
-              std::move(sync_state), std::move(keep));
+    state->set_stream(sync::StreamRef{*itf.stream, nullptr});
+  return View(itf.ptr, std::move(itf.dtype), std::move(itf.layout), itf.readonly, std::move(state),
+              keep_alive(owner));
 }
 
 }  // namespace
@@ -165,7 +82,8 @@ View view_from_validated(Interface&& itf, nb::handle owner, bool sync) {
 std::vector<DescrEntry> descr_from_python(nb::handle list, int depth) {
   if (depth > 32) throw_error(Errc::value_error, "descr: nested more than 32 levels deep");
   if (!PyList_Check(list.ptr()) && !PyTuple_Check(list.ptr()))
-    throw_key_type_error("descr", type_name(list.ptr()), "a list of (name, type[, shape]) tuples");
+    throw_key_type_error("descr", type_name_of(list.ptr()),
+                         "a list of (name, type[, shape]) tuples");
   std::vector<DescrEntry> out;
   for (nb::handle item : list) {
     if (!PyTuple_Check(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) < 2 ||
@@ -175,7 +93,7 @@ std::vector<DescrEntry> descr_from_python(nb::handle list, int depth) {
           "descr entry",
           PyTuple_Check(item.ptr())
               ? "a tuple of " + std::to_string(PyTuple_GET_SIZE(item.ptr())) + " items"
-              : type_name(item.ptr()),
+              : type_name_of(item.ptr()),
           "a tuple (name, type) or (name, type, shape)");
     DescrEntry e;
     nb::handle name = PyTuple_GET_ITEM(item.ptr(), 0);
@@ -189,12 +107,8 @@ std::vector<DescrEntry> descr_from_python(nb::handle list, int depth) {
     else
       e.fields = descr_from_python(type, depth + 1);
     if (PyTuple_GET_SIZE(item.ptr()) == 3) {
-      Dims shape;
-      nb::handle s = PyTuple_GET_ITEM(item.ptr(), 2);
-      if (PyLong_Check(s.ptr()))
-        shape = Dims{read_int64(s.ptr(), "descr shape", "an int or a tuple of int")};
-      else
-        read_dims(s.ptr(), "descr shape", shape);
+      const Dims shape =
+          read_dims(PyTuple_GET_ITEM(item.ptr(), 2), "descr shape", DimsForm::argument);
       e.shape.assign(shape.begin(), shape.end());
     }
     out.push_back(std::move(e));
@@ -221,7 +135,7 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
   if (!PyDict_Check(d))
     throw_error(
         Errc::type_error,
-        std::string(entry) + ": __cuda_array_interface__ must be a dict, got " + type_name(d));
+        std::string(entry) + ": __cuda_array_interface__ must be a dict, got " + type_name_of(d));
   const Keys& k = keys();
   // One pass over the dict: keys are matched by identity (producers' literal keys are interned
   // like ours), by value otherwise. Cheaper than eight hashed lookups of a six-entry dict.
@@ -244,7 +158,7 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
   }
   InterfaceFields f;
   if (PyObject* o = value[kShape].ptr()) {
-    read_dims(o, "shape", f.shape);
+    f.shape = read_dims(o, "shape", DimsForm::cai_key);
     f.has_shape = true;
   }
   if (PyObject* o = value[kTypestr].ptr()) {
@@ -260,7 +174,7 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
     if (o == Py_None) {
       f.strides_state = Presence::none;
     } else {
-      read_dims(o, "strides", f.strides);
+      f.strides = read_dims(o, "strides", DimsForm::cai_key);
       f.strides_state = Presence::given;
     }
   }
@@ -287,11 +201,11 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
         throw_error(Errc::value_error, std::string(entry) + ": mask: masks nested more than " +
                                            std::to_string(kMaxMaskDepth) +
                                            " levels deep (a cycle of masks?)");
-      PyObject* mask_desc = PyObject_GetAttr(o, k.cai);
+      PyObject* mask_desc = call_python([&] { return PyObject_GetAttr(o, k.cai); });
       if (!mask_desc) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
         PyErr_Clear();
-        throw_key_type_error("mask", type_name(o),
+        throw_key_type_error("mask", type_name_of(o),
                              "None or an object with __cuda_array_interface__");
       }
       nb::object md = nb::steal(mask_desc);
@@ -312,14 +226,14 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
 }
 
 View import_view(nb::handle obj, bool sync, const char* entry) {
-  if (PyArray* a = as_py_array(obj)) return a->view;
-  PyObject* desc = PyObject_GetAttr(obj.ptr(), keys().cai);
+  if (PyArray* a = as_py_array(obj, entry)) return a->view;
+  PyObject* desc = call_python([&] { return PyObject_GetAttr(obj.ptr(), keys().cai); });
   if (!desc) {
     if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
     PyErr_Clear();
     // No CAI: DLPack is the other road onto the device.
     if (has_dlpack(obj)) return import_dlpack(obj, std::nullopt, sync, entry);
-    throw_error(Errc::type_error, std::string(entry) + ": " + type_name(obj.ptr()) +
+    throw_error(Errc::type_error, std::string(entry) + ": " + type_name_of(obj.ptr()) +
                                       " object has no __cuda_array_interface__ (expected a GPU "
                                       "array: cai, CuPy, PyTorch, Numba, JAX, ...)");
   }

@@ -34,21 +34,21 @@ namespace {
 unsigned long g_main_thread = 0;  // Python's main thread, read at import
 }  // namespace
 
-[[noreturn]] void park_forever() {
+void park_thread() {
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 NoGil::~NoGil() {
   // Only other threads are stopped by the interpreter at exit; the main thread (running
   // finalizers, say) takes the GIL back as usual.
-  if (py_finalizing() && PyThread_get_thread_ident() != g_main_thread) park_forever();
+  if (py_finalizing() && PyThread_get_thread_ident() != g_main_thread) park_thread();
   try {
     PyEval_RestoreThread(state_);
   } catch (abi::__forced_unwind&) {
     // Finalization began after the check: Python ends this thread with pthread_exit, whose
     // unwinding would reach a noexcept frame and abort. The process is exiting: park here
     // (never leaving the handler, so the unwind is not swallowed).
-    park_forever();
+    park_thread();
   }
 }
 
@@ -75,6 +75,8 @@ NB_MODULE(_cai, m) {
   bind_dlpack(m);
   bind_capi(m);
   bind_info(m);
+  bind_devices(m);
+  bind_ipc(m);
   m.def(
       "_set_exiting", [] { cai::device::set_exiting(); },
       "Called at exit (atexit): leak device memory instead of waiting for streams to free it.");

@@ -11,6 +11,7 @@
 
 #include "cai/arrays/ops.h"
 #include "cai/core/error.h"
+#include "convert.h"
 #include "shape_ops.h"
 
 namespace cai::python {
@@ -20,10 +21,6 @@ namespace {
 sync::StreamRef stream_of(const View& v) {
   if (auto s = v.sync()->stream()) return *s;
   return library_default_stream();
-}
-
-bool is_int(nb::handle o) {
-  return !PyBool_Check(o.ptr()) && PyIndex_Check(o.ptr());
 }
 
 // 'C', 'F' or 'A' (F when the array is F-contiguous and not C-contiguous, as NumPy's 'A').
@@ -41,12 +38,8 @@ bool fortran_order(nb::handle order, const View& v, const char* entry) {
   return v.layout().is_f_contiguous() && !v.layout().is_c_contiguous();
 }
 
-// An axis argument in [-ndim, ndim), normalized; IndexError naming the entry otherwise.
-int axis_arg(nb::handle o, int ndim, const char* entry) {
-  if (!is_int(o))
-    throw_error(Errc::type_error,
-                std::string(entry) + ": an axis must be an int, got " + nb::inst_name(o).c_str());
-  const std::int64_t a = nb::cast<std::int64_t>(nb::steal(PyNumber_Index(o.ptr())));
+// An axis in [-ndim, ndim), normalized; IndexError naming the entry otherwise (NumPy's words).
+int axis_value(std::int64_t a, int ndim, const char* entry) {
   if (a < -ndim || a >= ndim)
     throw_error(Errc::index_error, std::string(entry) + ": axis " + std::to_string(a) +
                                        " is out of bounds for an array of dimension " +
@@ -54,14 +47,17 @@ int axis_arg(nb::handle o, int ndim, const char* entry) {
   return static_cast<int>(a < 0 ? a + ndim : a);
 }
 
+// An axis argument under the integer policy (convert.h).
+int axis_arg(nb::handle o, int ndim, const char* entry) {
+  return axis_value(read_int64(o, std::string(entry) + ": axis", "an int", Errc::index_error), ndim,
+                    entry);
+}
+
 // `shape` given as reshape(2, 3), reshape((2, 3)) or reshape([2, 3]).
 Dims shape_args(const nb::args& args, const char* entry) {
-  if (args.size() == 1) return dims_from_python(args[0], "shape");
-  for (nb::handle a : args)
-    if (!is_int(a))
-      throw_error(Errc::type_error,
-                  std::string(entry) + ": sizes must be ints, got " + nb::inst_name(a).c_str());
-  return dims_from_python(args, "shape");
+  const std::string what = std::string(entry) + ": shape";
+  if (args.size() == 1) return read_dims(args[0], what, DimsForm::argument);
+  return read_dims(args, what, DimsForm::argument);
 }
 
 nb::object reshape(PyArray& self, nb::args shape, nb::handle order) {
@@ -116,14 +112,10 @@ nb::object transpose(PyArray& self, nb::args axes) {
   if (axes.size() == 0 || (axes.size() == 1 && axes[0].is_none()))
     return wrap(v.transpose(), self.np_dtype);
   nb::handle list = axes;
-  if (axes.size() == 1 && !is_int(axes[0])) list = axes[0];  // transpose((1, 0))
+  if (axes.size() == 1 && !is_integer(axes[0])) list = axes[0];  // transpose((1, 0))
   std::vector<int> order;
-  for (nb::handle a : list) {
-    if (!is_int(a))
-      throw_error(Errc::type_error,
-                  std::string("transpose(): axes must be ints, got ") + nb::inst_name(a).c_str());
-    order.push_back(nb::cast<int>(nb::steal(PyNumber_Index(a.ptr()))));
-  }
+  for (const std::int64_t a : read_dims(list, "transpose(): axes", DimsForm::argument))
+    order.push_back(axis_value(a, v.ndim(), "transpose()"));
   return wrap(v.permute(order), self.np_dtype);
 }
 
@@ -168,21 +160,11 @@ nb::object copy_array(PyArray& self, nb::handle order, nb::handle stream) {
 
 }  // namespace
 
-std::optional<nb::object> host_element(PyArray& self, nb::handle key) {
+std::optional<nb::object> host_element(PyArray& self, std::span<const IndexItem> items) {
   const View& v = self.view;
-  if (v.mask()) return std::nullopt;
-  std::vector<IndexItem> items;
-  if (PyTuple_Check(key.ptr())) {
-    if (static_cast<int>(nb::len(key)) != v.ndim()) return std::nullopt;
-    for (nb::handle k : key) {
-      if (!is_int(k)) return std::nullopt;
-      items.push_back(IndexItem::at(nb::cast<std::int64_t>(nb::steal(PyNumber_Index(k.ptr())))));
-    }
-  } else if (v.ndim() == 1 && is_int(key)) {
-    items.push_back(IndexItem::at(nb::cast<std::int64_t>(nb::steal(PyNumber_Index(key.ptr())))));
-  } else {
-    return std::nullopt;
-  }
+  if (v.mask() || static_cast<int>(items.size()) != v.ndim()) return std::nullopt;
+  for (const IndexItem& item : items)
+    if (item.kind != IndexItem::Kind::integer) return std::nullopt;
   const View element = v.index(items);
   nb::object dt = self.np_dtype.is_valid() ? self.np_dtype : numpy_dtype(v.dtype());
   nb::object host = numpy_module().attr("zeros")(nb::tuple(), dt);
@@ -196,37 +178,38 @@ std::optional<nb::object> host_element(PyArray& self, nb::handle key) {
 
 void bind_shape_ops(nb::module_& m) {
   auto cls = nb::borrow<nb::class_<PyArray>>(m.attr("DeviceNDArray"));
-  cls.def("reshape", &reshape, nb::arg("shape"), nb::arg("order").none() = "C",
+  cls.def("reshape", exit_safe(&reshape), nb::arg("shape"), nb::arg("order").none() = "C",
           nb::sig("def reshape(self, *shape: int | typing.Sequence[int], order: "
                   "typing.Literal['C', 'F', 'A'] = 'C') -> DeviceNDArray"),
           "A view with another shape (one size may be -1), elements read in C or F order, as "
           "NumPy's reshape. Never a copy: a layout that cannot be a view raises "
           "NotImplementedError naming the axes.");
-  cls.def("ravel", &ravel, nb::arg("order").none() = "C",
+  cls.def("ravel", exit_safe(&ravel), nb::arg("order").none() = "C",
           nb::sig("def ravel(self, order: typing.Literal['C', 'F', 'A'] = 'C') -> DeviceNDArray"),
           "A 1-d view of the elements in C (or F) order; NotImplementedError when the layout "
           "cannot be one strided run (NumPy would copy; cai never copies silently).");
-  cls.def("view", &view_as, nb::arg("dtype"),
+  cls.def("view", exit_safe(&view_as), nb::arg("dtype"),
           nb::sig("def view(self, dtype: numpy.typing.DTypeLike) -> DeviceNDArray"),
           "The same bytes as another dtype. Another item size resizes the last axis, which "
           "must be contiguous.");
-  cls.def("squeeze", &squeeze, nb::arg("axis").none() = nb::none(),
+  cls.def("squeeze", exit_safe(&squeeze), nb::arg("axis").none() = nb::none(),
           nb::sig("def squeeze(self, axis: int | tuple[int, ...] | None = None) -> "
                   "DeviceNDArray"),
           "A view without the axes of size 1 (all of them, or those named).");
-  cls.def("transpose", &transpose, nb::arg("axes"),
+  cls.def("transpose", exit_safe(&transpose), nb::arg("axes"),
           nb::sig("def transpose(self, *axes: int | typing.Sequence[int] | None) -> "
                   "DeviceNDArray"),
           "A view with the axes reversed, or in the order given (transpose(1, 0, 2) or "
           "transpose((1, 0, 2))).");
   cls.def_prop_ro(
-      "T", [](PyArray& self) { return wrap(self.view.transpose(), self.np_dtype); },
+      "T", exit_safe([](PyArray& self) { return wrap(self.view.transpose(), self.np_dtype); }),
       nb::sig("def T(self) -> DeviceNDArray"), "A view with the axes reversed.");
-  cls.def("split", &split, nb::arg("section"),
+  cls.def("split", exit_safe(&split), nb::arg("section"),
           nb::sig("def split(self, section: int) -> typing.Iterator[DeviceNDArray]"),
           "Views of consecutive pieces of `section` elements of a 1-d array (the last may be "
           "shorter), as an iterator.");
-  cls.def("copy", &copy_array, nb::arg("order").none() = "C", nb::arg("stream").none() = 0,
+  cls.def("copy", exit_safe(&copy_array), nb::arg("order").none() = "C",
+          nb::arg("stream").none() = 0,
           nb::sig("def copy(self, order: typing.Literal['C', 'F', 'A'] = 'C', stream: "
                   "object | None = 0) -> DeviceNDArray"),
           "A new device array with the same elements (and mask), contiguous in `order`, "

@@ -7,24 +7,31 @@ Streams and events: stream, default_stream, legacy_default_stream, per_thread_de
 external_stream, event, synchronize.
 Operations: cai.ops.copy, cai.ops.fill, cai.ops.add. Switches: cai.config. Simulator: cai.sim.
 What runs here: show_config(). The stream waits cai enqueues: trace_waits().
+Devices and processes: Device, device_count, current_device, IpcHandle, ipc_collect,
+cai.multiprocessing (docs/scale-out.md).
 """
 
 from ._cai import (
+    Device,
     DeviceError,
     DeviceNDArray,
     Event,
+    IpcHandle,
     RaceError,
     Stream,
     as_cuda_array,
     backend,
     cuda_available,
+    current_device,
     default_stream,
+    device_count,
     device_array,
     device_array_like,
     event,
     external_stream,
     from_cuda_array_interface,
     from_dlpack,
+    ipc_collect,
     is_cuda_array,
     legacy_default_stream,
     per_thread_default_stream,
@@ -42,6 +49,7 @@ from . import config
 from ._info import show_config
 from ._tile import Array
 from ._trace import WaitTrace, trace_waits
+from . import _scaleout  # pickling, Dask serializers (lazily), IPC exit warning
 
 from ._cai import __version__ as __version__
 
@@ -51,4 +59,5 @@ __all__ = [
     "external_stream", "from_cuda_array_interface", "from_dlpack", "Array", "is_cuda_array", "legacy_default_stream",
     "ops", "per_thread_default_stream", "show_config", "sim", "stream", "synchronize",
     "to_device", "trace_waits", "WaitTrace",
+    "Device", "current_device", "device_count", "IpcHandle", "ipc_collect",
 ]

@@ -7,6 +7,10 @@
 
 ``EXPORT_STREAM``: when true (the default) our arrays export their stream; False exports
 ``stream: None`` always (the producer option of CAI v3, never the default).
+
+Both take True or False only (a TypeError otherwise): a string such as "0" would otherwise be
+true in Python and false in the environment variable. The environment variables take
+0/1, false/true, no/yes, off/on (any case); anything else is a ValueError at import.
 """
 
 import os
@@ -31,6 +35,14 @@ def _env_flag(name: str, default: bool) -> bool:
     raise ValueError(f"{name}={value!r}: expected 0 or 1")
 
 
+def _bool_setting(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"cai.config.{name}: expected True or False, got {type(value).__name__} "
+                        f"{value!r} (the environment variable CAI_{name} is the place for "
+                        f"strings such as '0')")
+    return value
+
+
 class _Config(types.ModuleType):
     # The flags live in the extension so that the hot paths read a C++ bool, not a module dict.
     @property
@@ -39,7 +51,7 @@ class _Config(types.ModuleType):
 
     @CUDA_ARRAY_INTERFACE_SYNC.setter
     def CUDA_ARRAY_INTERFACE_SYNC(self, value: bool) -> None:
-        _cai._set_import_sync(bool(value))
+        _cai._set_import_sync(_bool_setting("CUDA_ARRAY_INTERFACE_SYNC", value))
 
     @property
     def EXPORT_STREAM(self) -> bool:
@@ -47,7 +59,7 @@ class _Config(types.ModuleType):
 
     @EXPORT_STREAM.setter
     def EXPORT_STREAM(self, value: bool) -> None:
-        _cai._set_export_stream(bool(value))
+        _cai._set_export_stream(_bool_setting("EXPORT_STREAM", value))
 
 
 sys.modules[__name__].__class__ = _Config

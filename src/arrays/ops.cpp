@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "cai/arrays/devices.h"
 #include "cai/core/error.h"
 
 namespace cai {
@@ -108,6 +109,8 @@ void copy(const View& dst, const View& src, const sync::StreamRef& stream) {
   require_same_shape(dst, src, entry, "dst", "src");
   require_same_dtype(dst, src, entry, "dst", "src");
   if (dst.layout().nbytes() == 0) return;
+  if (copy_between_devices(dst, src, stream)) return;
+  const OperationDevice on(entry, {{"dst", &dst}, {"src", &src}}, stream);
   auto& backend = device::backend();
   const auto itemsize = static_cast<std::size_t>(dst.dtype().itemsize());
   sync::StreamOrder order(backend, stream);
@@ -134,6 +137,7 @@ void fill(const View& dst, const void* value, const sync::StreamRef& stream) {
   dst.require_writable(entry, "dst");
   require_no_mask(dst, entry, "dst");
   if (dst.layout().nbytes() == 0) return;
+  const OperationDevice on(entry, {{"dst", &dst}}, stream);
   auto& backend = device::backend();
   sync::StreamOrder order(backend, stream);
   order.add(*dst.sync());
@@ -154,6 +158,7 @@ void add(const View& out, const View& a, const View& b, const sync::StreamRef& s
   require_same_dtype(out, b, entry, "out", "b");
   const ElementType type = element_type(out.dtype(), entry);
   if (out.size() == 0) return;
+  const OperationDevice on(entry, {{"a", &a}, {"b", &b}, {"out", &out}}, stream);
   auto& backend = device::backend();
   sync::StreamOrder order(backend, stream);
   order.add(*out.sync());
@@ -167,6 +172,7 @@ void copy_from_host(const View& dst, const void* host, const sync::StreamRef& st
   constexpr const char* entry = "copy_to_device()";
   dst.require_writable(entry, "the destination");
   if (dst.layout().nbytes() == 0) return;
+  const OperationDevice on(entry, {{"the destination", &dst}}, stream);
   auto& backend = device::backend();
   const auto itemsize = dst.dtype().itemsize();
   const Dims host_strides = Layout::c_strides(dst.shape(), itemsize);
@@ -182,6 +188,7 @@ void copy_from_host(const View& dst, const void* host, const sync::StreamRef& st
 
 void copy_to_host(void* host, const View& src, const sync::StreamRef& stream) {
   if (src.layout().nbytes() == 0) return;
+  const OperationDevice on("copy_to_host()", {{"the source", &src}}, stream);
   auto& backend = device::backend();
   const auto itemsize = src.dtype().itemsize();
   const Dims host_strides = Layout::c_strides(src.shape(), itemsize);

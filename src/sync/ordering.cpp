@@ -23,7 +23,9 @@ std::string stream_name(StreamHandle s) {
 
 // One event per thread and device, re-recorded for every ordering: a stream wait captures the
 // event's most recent record at the time of the call, so reuse is safe and saves a create.
-EventHandle scratch_event(device::Backend& backend) {
+// The event is recorded on `stream`, so it must be of the stream's device (asked only when
+// there are several devices).
+EventHandle scratch_event(device::Backend& backend, StreamHandle stream) {
   struct Cache {
     device::Backend* backend = nullptr;
     std::vector<device::EventHandle> by_device;
@@ -46,11 +48,22 @@ EventHandle scratch_event(device::Backend& backend) {
     cache.release();
     cache.backend = &backend;
   }
-  const int dev = backend.current_device();
+  const int dev = backend.device_count() > 1 ? backend.stream_device(stream) : 0;
   if (static_cast<std::size_t>(dev) >= cache.by_device.size())
     cache.by_device.resize(static_cast<std::size_t>(dev) + 1, 0);
   auto& ev = cache.by_device[static_cast<std::size_t>(dev)];
-  if (ev == 0) ev = backend.event_create(/*timing=*/false);
+  if (ev == 0) {
+    // Made on the stream's device, which may not be the current one.
+    const int current = dev == 0 && backend.device_count() == 1 ? 0 : backend.current_device();
+    if (current != dev) backend.set_current_device(dev);
+    try {
+      ev = backend.event_create(/*timing=*/false);
+    } catch (...) {
+      if (current != dev) backend.set_current_device(current);
+      throw;
+    }
+    if (current != dev) backend.set_current_device(current);
+  }
   return ev;
 }
 
@@ -67,7 +80,7 @@ void set_trace(TraceFn fn) {
 
 void wait_for(device::Backend& backend, StreamHandle producer, StreamHandle waiter) {
   if (producer == waiter) return;
-  const EventHandle ev = scratch_event(backend);
+  const EventHandle ev = scratch_event(backend, producer);
   backend.event_record(ev, producer);
   backend.stream_wait_event(waiter, ev);
   trace_wait(waiter, producer);
@@ -97,7 +110,7 @@ void StreamOrder::finish() {
     if (*producer == work_.handle || std::find(done.begin(), done.end(), *producer) != done.end())
       continue;
     if (ev == 0) {
-      ev = scratch_event(backend_);
+      ev = scratch_event(backend_, work_.handle);
       backend_.event_record(ev, work_.handle);
     }
     backend_.stream_wait_event(*producer, ev);

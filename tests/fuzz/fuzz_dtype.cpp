@@ -9,40 +9,11 @@
 
 #include "cai/core/dtype.h"
 #include "cai/core/error.h"
-#include "fuzz_reader.h"
+#include "fuzz_common.h"
 
 namespace {
 
 using cai_fuzz::check;
-using cai_fuzz::Reader;
-
-constexpr const char* kNames[] = {"", "", "a", "b", "f0", "f1", "x"};
-constexpr const char* kTypestrs[] = {"<f4", ">f8", "|b1",  "<i2", "|u1", "<c16",
-                                     "|S5", "<U3", "|V4",  "<V2", "|V0", "<M8[ns]",
-                                     ">m8", "|O",  "<f16", "<t8", "<f3", ""};
-constexpr std::int64_t kDims[] = {0, 1, 2, 3, -1, 2147483647, std::int64_t{1} << 31};
-
-// Nesting may go past the library's limit of 32 so that the limit itself is exercised.
-std::vector<cai::DescrEntry> decode(Reader& r, int depth) {
-  std::vector<cai::DescrEntry> out;
-  const int count = r.byte() % 5;
-  for (int i = 0; i < count; ++i) {
-    const std::uint8_t flags = r.byte();
-    cai::DescrEntry e;
-    e.name = kNames[r.byte() % std::size(kNames)];
-    if ((flags & 1) != 0 && depth < 40) {
-      e.fields = decode(r, depth + 1);
-    } else if ((flags & 2) != 0) {
-      e.typestr = r.bytes(r.byte() % 12);
-    } else {
-      e.typestr = kTypestrs[r.byte() % std::size(kTypestrs)];
-    }
-    for (int d = (flags >> 2) % 4; d > 0; --d)
-      e.shape.push_back(kDims[r.byte() % std::size(kDims)]);
-    out.push_back(std::move(e));
-  }
-  return out;
-}
 
 void typestr_case(std::string_view s, cai::TypestrOptions options) {
   cai::DType t;
@@ -72,8 +43,8 @@ void check_layout(const cai::DType& t) {
   }
 }
 
-void descr_case(Reader& r, cai::TypestrOptions options) {
-  const std::vector<cai::DescrEntry> entries = decode(r, 1);
+void descr_case(FuzzedDataProvider& p, cai::TypestrOptions options) {
+  const std::vector<cai::DescrEntry> entries = cai_fuzz::decode_descr(p, 1, 40);
   cai::DType t;
   try {
     t = cai::DType::from_descr(entries, options);
@@ -93,20 +64,17 @@ void descr_case(Reader& r, cai::TypestrOptions options) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  if (size == 0) return 0;
-  const cai::TypestrOptions options{.v2_as_bfloat16 = (data[0] & 1) != 0};
-  typestr_case(std::string_view(reinterpret_cast<const char*>(data + 1), size - 1), options);
-  if (size >= 2) {
-    const std::uint8_t code = data[1];
-    const std::uint8_t bits = size >= 3 ? data[2] : 0;
-    try {
-      const cai::DType t = cai::DType::from_dlpack(DLDataType{code, bits, 1});
-      const DLDataType back = t.to_dlpack();
-      check(back.code == code && back.bits == bits && back.lanes == 1);
-    } catch (const cai::Error&) {
-    }
+  FuzzedDataProvider p(data, size);
+  const cai::TypestrOptions options{.v2_as_bfloat16 = p.ConsumeBool()};
+  typestr_case(p.ConsumeRandomLengthString(16), options);
+  const auto code = p.ConsumeIntegral<std::uint8_t>();
+  const auto bits = p.ConsumeIntegral<std::uint8_t>();
+  try {
+    const cai::DType t = cai::DType::from_dlpack(DLDataType{code, bits, 1});
+    const DLDataType back = t.to_dlpack();
+    check(back.code == code && back.bits == bits && back.lanes == 1);
+  } catch (const cai::Error&) {
   }
-  Reader r(data + 1, size - 1);
-  descr_case(r, options);
+  descr_case(p, options);
   return 0;
 }

@@ -21,12 +21,11 @@
 
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
-#include "fuzz_reader.h"
+#include "fuzz_common.h"
 
 namespace {
 
 using cai_fuzz::check;
-using cai_fuzz::Reader;
 
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
@@ -59,48 +58,15 @@ constexpr std::int64_t kInts[] = {0,
 constexpr std::uint64_t kPtrs[] = {
     0,     1,           8,          256,        0x7f000000,   0xdeadbeef,
     ~0ull, ~0ull - 255, 1ull << 63, 1ull << 48, 0x51000001ull};
-constexpr const char* kTypestrs[] = {"<f4", "<f8", ">f8",  "|b1", "<i2",  "|u1", "<c16",
-                                     "<i8", "|S5", "<U3",  "|V4", "<V2",  "|V0", "<M8[ns]",
-                                     ">m8", "|O",  "<f16", "<t8", "<f3",  "",    "<f2",
-                                     "|i1", "=f4", "<b1",  "<V8", "|V16", "<c8", "|S0"};
-constexpr const char* kNames[] = {"", "", "a", "b", "f0", "f1", "x"};
-constexpr std::int64_t kSubDims[] = {0, 1, 2, 3, -1, 2147483647, std::int64_t{1} << 31};
-
-std::int64_t int_value(Reader& r) {
-  const std::uint8_t b = r.byte();
-  if (b < 0xE0) return kInts[b % std::size(kInts)];
-  return static_cast<std::int64_t>(r.u64());  // raw value
+std::int64_t int_value(FuzzedDataProvider& p) {
+  if (p.ConsumeIntegralInRange<int>(0, 7) != 0) return p.PickValueInArray(kInts);
+  return p.ConsumeIntegral<std::int64_t>();  // raw value
 }
 
-std::int64_t small_dim(Reader& r) {
-  const std::uint8_t b = r.byte();
-  if (b < 0xC0) return b % 6;  // mostly ordinary sizes, so that deeper rules are reached
-  return int_value(r);
-}
-
-std::string typestr_value(Reader& r) {
-  const std::uint8_t b = r.byte();
-  if (b < 0xD0) return kTypestrs[b % std::size(kTypestrs)];
-  return r.bytes(r.byte() % 12);
-}
-
-std::vector<cai::DescrEntry> decode_descr(Reader& r, int depth) {
-  std::vector<cai::DescrEntry> out;
-  const int count = r.byte() % 5;
-  for (int i = 0; i < count; ++i) {
-    const std::uint8_t flags = r.byte();
-    cai::DescrEntry e;
-    e.name = kNames[r.byte() % std::size(kNames)];
-    if ((flags & 1) != 0 && depth < 36) {
-      e.fields = decode_descr(r, depth + 1);
-    } else {
-      e.typestr = typestr_value(r);
-    }
-    for (int d = (flags >> 2) % 4; d > 0; --d)
-      e.shape.push_back(kSubDims[r.byte() % std::size(kSubDims)]);
-    out.push_back(std::move(e));
-  }
-  return out;
+std::int64_t small_dim(FuzzedDataProvider& p) {
+  // Mostly ordinary sizes, so that deeper rules are reached.
+  if (p.ConsumeIntegralInRange<int>(0, 3) != 0) return p.ConsumeIntegralInRange<int>(0, 5);
+  return int_value(p);
 }
 
 // Everything an InterfaceFields refers to by view or pointer, kept alive alongside it.
@@ -111,69 +77,56 @@ struct Decoded {
   bool mask_invalid = false;           // the mask's own descriptor was rejected
 };
 
-cai::Presence presence(std::uint8_t bits) {
-  switch (bits % 3) {
-    case 0:
-      return cai::Presence::absent;
-    case 1:
-      return cai::Presence::none;
-    default:
-      return cai::Presence::given;
-  }
+cai::Presence presence(FuzzedDataProvider& p) {
+  return p.PickValueInArray({cai::Presence::absent, cai::Presence::none, cai::Presence::given});
 }
 
 void check_error(const cai::Error& e);
 
-void decode(Reader& r, Decoded& out, int depth, cai::TypestrOptions options) {
+void decode(FuzzedDataProvider& p, Decoded& out, int depth, cai::TypestrOptions options) {
   cai::InterfaceFields& f = out.fields;
-  const std::uint8_t present = r.byte();
-  // Required keys are present most of the time (low bits clear), so the later rules run.
-  f.has_shape = (present & 0x01) == 0;
-  f.has_typestr = (present & 0x02) == 0;
-  f.has_data = (present & 0x04) == 0;
-  f.has_version = (present & 0x08) == 0;
-  f.has_descr = (present & 0x30) == 0x30;
-  const std::uint8_t optional = r.byte();
-  f.strides_state = presence(optional);
-  f.stream_state = presence(optional >> 2);
-  f.mask_state = depth < 4 ? presence(optional >> 4) : cai::Presence::absent;
+  // Required keys are present most of the time, so that the later rules run.
+  f.has_shape = p.ConsumeIntegralInRange<int>(0, 15) != 0;
+  f.has_typestr = p.ConsumeIntegralInRange<int>(0, 15) != 0;
+  f.has_data = p.ConsumeIntegralInRange<int>(0, 15) != 0;
+  f.has_version = p.ConsumeIntegralInRange<int>(0, 15) != 0;
+  f.has_descr = p.ConsumeIntegralInRange<int>(0, 3) == 0;
+  f.strides_state = presence(p);
+  f.stream_state = presence(p);
+  f.mask_state = depth < 4 ? presence(p) : cai::Presence::absent;
 
-  std::size_t ndim = r.byte() % 6;
-  if (ndim == 5) ndim = r.byte() % 70;  // past max_ndim (64) now and then
-  for (std::size_t i = 0; i < ndim; ++i) f.shape.push_back(small_dim(r));
+  std::size_t ndim = p.ConsumeIntegralInRange<std::size_t>(0, 4);
+  if (p.ConsumeIntegralInRange<int>(0, 15) == 0)
+    ndim = p.ConsumeIntegralInRange<std::size_t>(0, 69);  // past max_ndim (64) now and then
+  for (std::size_t i = 0; i < ndim; ++i) f.shape.push_back(small_dim(p));
 
-  out.typestr = typestr_value(r);
+  out.typestr = cai_fuzz::typestr_value(p);
   f.typestr = out.typestr;
 
-  const std::uint8_t pb = r.byte();
-  f.ptr = pb < 0xE0 ? kPtrs[pb % std::size(kPtrs)] : r.u64();
-  f.read_only = (r.byte() & 1) != 0;
-
-  const std::uint8_t vb = r.byte();
-  f.version = vb < 0xC0 ? vb % 5 : int_value(r);
+  f.ptr = p.ConsumeIntegralInRange<int>(0, 7) != 0 ? p.PickValueInArray(kPtrs)
+                                                   : p.ConsumeIntegral<std::uint64_t>();
+  f.read_only = p.ConsumeBool();
+  f.version =
+      p.ConsumeIntegralInRange<int>(0, 3) != 0 ? p.ConsumeIntegralInRange<int>(0, 4) : int_value(p);
 
   if (f.strides_state == cai::Presence::given) {
     std::size_t n = ndim;
-    const std::uint8_t sb = r.byte();
-    if (sb >= 0xE0) n = r.byte() % 70;  // wrong length
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint8_t b = r.byte();
-      f.strides.push_back(b < 0x80 ? (static_cast<std::int64_t>(b % 9) - 2) * 8 : int_value(r));
-    }
+    if (p.ConsumeIntegralInRange<int>(0, 7) == 0)
+      n = p.ConsumeIntegralInRange<std::size_t>(0, 69);  // wrong length
+    for (std::size_t i = 0; i < n; ++i)
+      f.strides.push_back(p.ConsumeBool() ? (p.ConsumeIntegralInRange<std::int64_t>(-2, 6)) * 8
+                                          : int_value(p));
   }
-  if (f.has_descr) f.descr = decode_descr(r, 1);
-  if (f.stream_state == cai::Presence::given) {
-    const std::uint8_t b = r.byte();
-    f.stream = b < 0x80 ? b % 4 : int_value(r);
-  }
+  if (f.has_descr) f.descr = cai_fuzz::decode_descr(p, 1, 36);
+  if (f.stream_state == cai::Presence::given)
+    f.stream = p.ConsumeBool() ? p.ConsumeIntegralInRange<int>(0, 3) : int_value(p);
   if (f.mask_state == cai::Presence::given) {
-    const std::uint8_t mb = r.byte();
-    if (mb == 0xFF) {
+    if (p.ConsumeIntegralInRange<int>(0, 255) == 0) {
       f.mask = nullptr;  // a binding that forgot to validate the mask: must be an Error
       return;
     }
     Decoded m;
-    decode(r, m, depth + 1, options);
+    decode(p, m, depth + 1, options);
     if (m.mask_invalid) {
       out.mask_invalid = true;
       return;
@@ -249,11 +202,10 @@ void check_accepted(const cai::InterfaceFields& f, const cai::Interface& itf) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  if (size == 0) return 0;
-  const cai::TypestrOptions options{.v2_as_bfloat16 = (data[0] & 1) != 0};
-  Reader r(data + 1, size - 1);
+  FuzzedDataProvider p(data, size);
+  const cai::TypestrOptions options{.v2_as_bfloat16 = p.ConsumeBool()};
   Decoded d;
-  decode(r, d, 0, options);
+  decode(p, d, 0, options);
   if (d.mask_invalid) return 0;
   cai::Interface itf;
   try {

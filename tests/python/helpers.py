@@ -44,6 +44,39 @@ class Producer:
         return dict(self._desc)
 
 
+class CudaStream:
+    """A foreign stream object (cuda.core's __cuda_stream__ protocol) written in Python."""
+
+    def __init__(self, handle=1):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+class Index:
+    """An integer through __index__ only (Python code that cai runs while reading)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+
+class Owner:
+    """Owns device memory and uses cai in its finalizer."""
+
+    def __init__(self):
+        import cai
+        self.cai = cai
+        self.arr = cai.to_device(np.arange(8))
+
+    def __del__(self):
+        self.cai.ops.fill(self.arr, 0)
+        self.arr.copy_to_host()
+
+
 def host_bytes(arr):
     """The raw bytes of a NumPy array in C order (compares NaNs exactly). Structured types
     give the bytes of each field: NumPy itself does not preserve padding bytes when it copies."""
@@ -76,3 +109,70 @@ class DLWrapper:
 
     def __dlpack_device__(self):
         return self.arr.__dlpack_device__()
+
+
+# ----- subprocesses and build folders ----------------------------------------------------------
+
+import os  # noqa: E402
+import pathlib  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import textwrap  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def isolated_env(extra=None, pythonpath=()):
+    """The environment of an isolated run: this one (so a sanitizer's LD_PRELOAD and the
+    package path carry over) on the simulator, with `pythonpath` entries in front."""
+    env = os.environ | {"CAI_BACKEND": "sim"} | (extra or {})
+    paths = [str(p) for p in pythonpath] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                           if p]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def run_isolated(code, timeout=60, env=None, pythonpath=(), args=None):
+    """Runs `code` (dedented) in a fresh interpreter, so that a crash, an abort or a hang fails
+    one test instead of the whole run. Returns the CompletedProcess (returncode, stdout,
+    stderr); a hang past `timeout` raises subprocess.TimeoutExpired."""
+    cmd = [sys.executable] + (args if args is not None else ["-c", textwrap.dedent(code)])
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=isolated_env(env, pythonpath))
+
+
+def run_isolated_many(code, runs, timeout=60, env=None, pythonpath=()):
+    """`runs` fresh interpreters running `code` at once (for failures that show up only in
+    some runs: races at exit). Returns their CompletedProcess objects."""
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=isolated_env(env, pythonpath)) for _ in range(runs)]
+    out = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=timeout)
+            out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return out
+
+
+def build_dir(name):
+    """build/<name> at the repository root: where scripts/test.sh builds the extra projects
+    (examples/add_extension, tests/caster_ext, bench/caster_ext, the C++ benchmark)."""
+    return ROOT / "build" / name
+
+
+def built_or_skip(name, pattern):
+    """The build folder `name` if it holds a file matching `pattern`, else skips the module
+    that asks (scripts/test.sh builds it)."""
+    import pytest
+    d = build_dir(name)
+    if not any(d.glob(pattern)):
+        pytest.skip(f"{name} is not built in {d} (scripts/test.sh builds it)",
+                    allow_module_level=True)
+    return d

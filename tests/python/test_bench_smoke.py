@@ -1,45 +1,34 @@
 """Smoke run of bench/interop.py with tiny repetition counts, so that the benchmark cannot rot.
 
 The numbers of a smoke run mean nothing; what is checked is that every measured statement still
-runs against the installed package, and that the report, the JSON and the PNG chart are written.
+runs against the installed package, and that the report, the JSON and the SVG chart are written.
 The C++ benchmarks have their own smoke run (the bench_smoke ctest); when scripts/test.sh has
 built them, they are also driven through --cpp-bench here.
 """
 
 import json
 import os
-import struct
 import subprocess
 import sys
-import zlib
-from pathlib import Path
+from xml.etree import ElementTree
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import ROOT, build_dir
+
 SCRIPT = ROOT / "bench" / "interop.py"
-CPP_BENCH = ROOT / "build" / "cpp" / "bench" / "cai_bench"
+CPP_BENCH = build_dir("cpp") / "bench" / "cai_bench"
 
 
-def read_png(path):
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, chunks = 8, {}
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        tag, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
-        assert zlib.crc32(tag + body) & 0xFFFFFFFF == crc, tag
-        chunks[tag] = chunks.get(tag, b"") + body
-        pos += 12 + length
-    width, height, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
-    raw = zlib.decompress(chunks[b"IDAT"])
-    assert (depth, color) == (8, 2)
-    assert len(raw) == height * (1 + 3 * width)
-    return width, height
+def read_svg(path):
+    """The chart parses as XML, is an SVG document and has a bar per measured case."""
+    root = ElementTree.parse(path).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    bars = root.findall("{http://www.w3.org/2000/svg}rect")
+    return int(root.get("width")), int(root.get("height")), len(bars)
 
 
 def test_interop_quick(tmp_path):
-    md, png, js = tmp_path / "b.md", tmp_path / "b.png", tmp_path / "b.json"
-    args = [sys.executable, str(SCRIPT), "--quick", "--markdown", str(md), "--png", str(png),
+    md, svg, js = tmp_path / "b.md", tmp_path / "b.svg", tmp_path / "b.json"
+    args = [sys.executable, str(SCRIPT), "--quick", "--markdown", str(md), "--svg", str(svg),
             "--json", str(js)]
     if CPP_BENCH.exists() and os.access(CPP_BENCH, os.X_OK):
         args += ["--cpp-bench", str(CPP_BENCH)]
@@ -61,8 +50,11 @@ def test_interop_quick(tmp_path):
     text = md.read_text()
     assert "BEGIN GENERATED" in text and "END GENERATED" in text
     assert "| measurement | cai (ns) |" in text
-    w, h = read_png(png)
+    assert "![median ns per call](b.svg)" in text
+    w, h, bars = read_svg(svg)
     assert w > 100 and h > 100
+    # background + 2 legend keys + one bar per measured case
+    assert bars == 3 + sum(bool(r["cai"]) + bool(r["peer"]) for r in rows.values())
 
 
 def test_markdown_keeps_hand_written_parts(tmp_path):

@@ -245,12 +245,15 @@ def _consume_raw(capsule_source, consumer_stream, sync):
     return b
 
 
-@pytest.mark.parametrize("stream_arg", ["handle", "none"])
+@pytest.mark.parametrize("stream_arg", ["handle", "none", "stream_object", "numpy_int"])
 def test_dlpack_stream_orders_consumer(stream_arg):
+    """stream= is any integer (docs/python.md): a handle, a cai.Stream (its __index__), a NumPy
+    integer; None is the legacy default stream."""
     a, s = _slow_array()
     consumer = cai.stream()
-    stream_value = consumer.handle if stream_arg == "handle" else None
-    cap_stream = stream_value if stream_value is not None else 1
+    stream_value = {"handle": consumer.handle, "none": None, "stream_object": consumer,
+                    "numpy_int": np.uint64(consumer.handle)}[stream_arg]
+    cap_stream = consumer.handle if stream_value is not None else 1
     cap = a.__dlpack__(stream=stream_value, max_version=(1, 3))
 
     class Once:

@@ -1,5 +1,5 @@
 """Issue 4, export rules: the __cuda_array_interface__ of cai's arrays, for every dtype kind and
-layout (SPEC.md section 1; NumPy's flags and dtype.str are the reference)."""
+layout (docs/core-interface.md; NumPy's flags and dtype.str are the reference)."""
 
 import numpy as np
 import pytest

@@ -1,6 +1,6 @@
 """Issue 4, lifetime: an imported array keeps its producer (or `owner`) alive until the last
 view of it is gone, and no longer; cai's own memory and streams live as long as their users.
-Checked with weakrefs (SPEC.md section 1, "Lifetime")."""
+Checked with weakrefs (docs/core-interface.md, "Lifetime")."""
 
 import gc
 import weakref

@@ -102,8 +102,14 @@ def test_reshape_spellings_and_errors():
         a.reshape(-1, -1)
     with pytest.raises(ValueError, match="order must be 'C', 'F' or 'A', got 'K'"):
         a.reshape(12, order="K")
-    with pytest.raises(TypeError):
+    assert a.reshape(np.array([3, 4])).shape == (3, 4)      # any integer sequence, as NumPy
+    assert a.reshape(range(2, 8, 4)).shape == (2, 6)
+    with pytest.raises(TypeError, match=r"reshape\(\): shape: expected a tuple of int, got float"):
         a.reshape(3, 4.0)
+    with pytest.raises(TypeError, match="got bool"):
+        a.reshape(True, 12)
+    with pytest.raises(OverflowError, match="does not fit in a signed 64-bit integer"):
+        a.reshape(2**64)
     t = a.reshape(3, 4).T
     with pytest.raises(NotImplementedError) as info:
         t.reshape(12)
@@ -186,8 +192,10 @@ def test_squeeze():
         dev.squeeze(5)
     with pytest.raises(ValueError, match="repeated"):
         dev.squeeze((0, -5))
-    with pytest.raises(TypeError, match="an axis must be an int"):
+    with pytest.raises(TypeError, match="squeeze\\(\\): axis: expected an int, got str"):
         dev.squeeze("0")
+    with pytest.raises(TypeError, match="expected an int, got bool"):
+        dev.squeeze(True)
 
 
 def test_transpose():
@@ -203,10 +211,14 @@ def test_transpose():
         dev.transpose(0, 0, 1)
     with pytest.raises(ValueError, match="2 axes given for an array of 3"):
         dev.transpose(0, 1)
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(IndexError, match="axis 3 is out of bounds for an array of dimension 3"):
         dev.transpose(0, 1, 3)
-    with pytest.raises(TypeError, match="axes must be ints"):
+    with pytest.raises(OverflowError, match="does not fit in a signed 64-bit integer"):
+        dev.transpose(0, 1, 2**65)
+    with pytest.raises(TypeError, match="transpose\\(\\): axes: expected a tuple of int, got float"):
         dev.transpose(0, 1.0, 2)
+    with pytest.raises(TypeError, match="got bool"):
+        dev.transpose(True, 0, 1)
 
 
 def test_split_like_numba():

@@ -71,7 +71,7 @@ class View {
   void set_mask(std::shared_ptr<const View> mask) { mask_ = std::move(mask); }
   void set_readonly(bool readonly) noexcept { readonly_ = readonly; }
 
-  /// Tile-array slice along one axis (SPEC.md section 2); shares memory and stream.
+  /// Tile-array slice along one axis (docs/dlpack.md, "cai.Array"); shares memory and stream.
   View slice(int axis, std::int64_t start, std::int64_t stop) const;
   /// NumPy basic indexing; shares memory and stream.
   View index(std::span<const IndexItem> items) const;

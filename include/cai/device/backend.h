@@ -3,6 +3,7 @@
 // The device layer: one interface over memory, streams, events and pointer attributes,
 // implemented by the CUDA driver API (loaded at run time) and by a CPU simulator.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -46,9 +47,21 @@ struct PointerInfo {
 struct DeviceProperties {
   std::string name;
   int ordinal = 0;
+  /// Identifies the physical device across processes, whatever their device numbering
+  /// (CUDA_VISIBLE_DEVICES): cuDeviceGetUuid, or a fixed value per simulated device.
+  std::array<std::uint8_t, 16> uuid{};
   int compute_major = 0, compute_minor = 0;
   std::uint64_t total_memory = 0;
   int multiprocessors = 0;
+};
+
+/// An allocation or an event shared with another process of the same machine: opaque bytes,
+/// a CUipcMemHandle / CUipcEventHandle, or the simulator's equivalent (docs/scale-out.md).
+struct IpcMemoryHandle {
+  std::array<std::uint8_t, 64> bytes{};
+};
+struct IpcEventHandle {
+  std::array<std::uint8_t, 64> bytes{};
 };
 
 /// Element types the built-in kernels (fill, add) understand.
@@ -113,6 +126,27 @@ class Backend {
 
   /// Waits for all work on the current device.
   virtual void synchronize() = 0;
+
+  // Several devices and several processes (docs/scale-out.md).
+  /// The device a stream belongs to; the default streams (1, 2) name the current device's.
+  virtual int stream_device(StreamHandle s) = 0;
+  /// Copies bytes from device memory of src_device to device memory of dst_device, ordered on
+  /// s (cuMemcpyPeerAsync): no peer access needs to be enabled.
+  virtual void copy_peer_async(std::uint64_t dst, int dst_device, std::uint64_t src, int src_device,
+                               std::size_t bytes, StreamHandle s) = 0;
+  /// A handle another process opens to map the device allocation starting at `base`.
+  virtual IpcMemoryHandle ipc_export_memory(std::uint64_t base) = 0;
+  /// Maps an allocation of another process on the current device; returns its start here
+  /// (another address than in the exporter). Released by ipc_close_memory, never by free.
+  virtual std::uint64_t ipc_open_memory(const IpcMemoryHandle& handle) = 0;
+  /// Unmaps what ipc_open_memory returned, after the work already queued on it.
+  virtual void ipc_close_memory(std::uint64_t base) = 0;
+  /// An event on the current device that other processes can wait on (no timing).
+  virtual EventHandle ipc_event_create() = 0;
+  /// The handle of an event made by ipc_event_create; its records are seen by the importers.
+  virtual IpcEventHandle ipc_export_event(EventHandle e) = 0;
+  /// Opens another process's event; destroyed with event_destroy.
+  virtual EventHandle ipc_open_event(const IpcEventHandle& handle) = 0;
 
   /// The simulator behind this interface, or null (virtual: cheaper than a dynamic_cast).
   virtual detail::SimBackend* as_simulator() noexcept { return nullptr; }

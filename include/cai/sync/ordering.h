@@ -1,6 +1,6 @@
 #pragma once
 
-// The CAI v3 synchronization rules, in one place (SPEC.md section 1, "Synchronization").
+// The CAI v3 synchronization rules, in one place (docs/core-interface.md, "Synchronization").
 //
 // Every piece of memory that cai hands out or imports has a SyncState: the stream after which
 // all work queued on that memory is complete (the CAI `stream` of the data), or none.

@@ -479,6 +479,10 @@ class CudaBackend final : public Backend {
     std::size_t total = 0;
     check(a.device_total_mem(&total, dev), "cuDeviceTotalMem");
     p.total_memory = total;
+    CUuuid uuid{};
+    check(a.device_get_uuid(&uuid, dev), "cuDeviceGetUuid");
+    static_assert(sizeof uuid.bytes == sizeof p.uuid);
+    std::memcpy(p.uuid.data(), uuid.bytes, sizeof uuid.bytes);
     return p;
   }
 
@@ -796,6 +800,96 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     current_context();
     check(api().ctx_synchronize(), "cuCtxSynchronize");
+  }
+
+  // Several devices and several processes (docs/scale-out.md).
+
+  int stream_device(StreamHandle s) override {
+    CUstream stream = to_stream(s, "stream_device()");
+    if (is_default_stream(s)) return current_device();
+    return context_device(stream_context(stream));
+  }
+
+  void copy_peer_async(std::uint64_t dst, int dst_device, std::uint64_t src, int src_device,
+                       std::size_t bytes, StreamHandle s) override {
+    constexpr std::string_view where = "copy_peer_async()";
+    CUstream stream = to_stream(s, where);
+    check_range(where, "dst", dst, bytes);
+    check_range(where, "src", src, bytes);
+    if (bytes == 0) return;
+    CUcontext dst_ctx = primary_context(dst_device);
+    CUcontext src_ctx = primary_context(src_device);
+    StreamScope on(stream);
+    check(api().memcpy_peer_async(dst, dst_ctx, src, src_ctx, bytes, stream), "cuMemcpyPeerAsync");
+  }
+
+  IpcMemoryHandle ipc_export_memory(std::uint64_t base) override {
+    const PointerInfo info = query_pointer(base);
+    if (info.kind != MemoryKind::device) {
+      throw_error(Errc::device_error, "ipc_export_memory(): " + hex(base) +
+                                          " is not device memory; only memory from cuMemAlloc "
+                                          "can be shared with another process");
+    }
+    if (info.alloc_base != base) {
+      throw_error(Errc::value_error, "ipc_export_memory(): " + hex(base) +
+                                         " is inside the allocation at " + hex(info.alloc_base) +
+                                         "; pass its start");
+    }
+    ScopedContext scope(reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(info.context)));
+    CUipcMemHandle h{};
+    check(api().ipc_get_mem_handle(&h, base), "cuIpcGetMemHandle");
+    IpcMemoryHandle out;
+    static_assert(sizeof h == sizeof out.bytes);
+    std::memcpy(out.bytes.data(), &h, sizeof h);
+    return out;
+  }
+
+  std::uint64_t ipc_open_memory(const IpcMemoryHandle& handle) override {
+    const DriverApi& a = api();
+    current_context();
+    CUipcMemHandle h{};
+    std::memcpy(&h, handle.bytes.data(), sizeof h);
+    CUdeviceptr p = 0;
+    // Lazy peer access: the memory may be opened on another device than it lives on.
+    check(a.ipc_open_mem_handle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle");
+    return p;
+  }
+
+  void ipc_close_memory(std::uint64_t base) override {
+    const PointerInfo info = query_pointer(base);
+    CUcontext ctx = reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(info.context));
+    ScopedContext scope(ctx != nullptr ? ctx : current_context());
+    // As free(): work already queued may still use the memory. The driver documents no such
+    // wait for cuIpcCloseMemHandle, so wait for the context here.
+    check(api().ctx_synchronize(), "cuCtxSynchronize");
+    check(api().ipc_close_mem_handle(base), "cuIpcCloseMemHandle");
+  }
+
+  EventHandle ipc_event_create() override {
+    const DriverApi& a = api();
+    current_context();
+    CUevent e = nullptr;
+    check(a.event_create(&e, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    return reinterpret_cast<std::uintptr_t>(e);
+  }
+
+  IpcEventHandle ipc_export_event(EventHandle e) override {
+    CUipcEventHandle h{};
+    check(api().ipc_get_event_handle(&h, to_event(e, "ipc_export_event()")), "cuIpcGetEventHandle");
+    IpcEventHandle out;
+    static_assert(sizeof h == sizeof out.bytes);
+    std::memcpy(out.bytes.data(), &h, sizeof h);
+    return out;
+  }
+
+  EventHandle ipc_open_event(const IpcEventHandle& handle) override {
+    const DriverApi& a = api();
+    current_context();
+    CUipcEventHandle h{};
+    std::memcpy(&h, handle.bytes.data(), sizeof h);
+    CUevent e = nullptr;
+    check(a.ipc_open_event_handle(&e, h), "cuIpcOpenEventHandle");
+    return reinterpret_cast<std::uintptr_t>(e);
   }
 };
 

@@ -136,6 +136,13 @@ DriverState load() {
       {"cuModuleLoadData", reinterpret_cast<void**>(&a.module_load_data)},
       {"cuModuleGetFunction", reinterpret_cast<void**>(&a.module_get_function)},
       {"cuLaunchKernel", reinterpret_cast<void**>(&a.launch_kernel)},
+      {"cuDeviceGetUuid", reinterpret_cast<void**>(&a.device_get_uuid)},
+      {"cuMemcpyPeerAsync", reinterpret_cast<void**>(&a.memcpy_peer_async)},
+      {"cuIpcGetMemHandle", reinterpret_cast<void**>(&a.ipc_get_mem_handle)},
+      {"cuIpcOpenMemHandle", reinterpret_cast<void**>(&a.ipc_open_mem_handle)},
+      {"cuIpcCloseMemHandle", reinterpret_cast<void**>(&a.ipc_close_mem_handle)},
+      {"cuIpcGetEventHandle", reinterpret_cast<void**>(&a.ipc_get_event_handle)},
+      {"cuIpcOpenEventHandle", reinterpret_cast<void**>(&a.ipc_open_event_handle)},
   };
   for (const Symbol& s : symbols) {
     CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
@@ -246,6 +253,14 @@ CUcontext stream_context(CUstream s) {
   CUcontext ctx = nullptr;
   check(api().stream_get_ctx(s, &ctx), "cuStreamGetCtx");
   return ctx;
+}
+
+int context_device(CUcontext ctx) {
+  // Asked inside the context (no cache: a destroyed context's address can be reused).
+  ScopedContext scope(ctx);
+  CUdevice dev = 0;
+  check(api().ctx_get_device(&dev), "cuCtxGetDevice");
+  return ordinal_of(dev);
 }
 
 ScopedContext::ScopedContext(CUcontext ctx) {

@@ -61,6 +61,14 @@ struct DriverApi {
   PFN_cuModuleLoadData_v2000 module_load_data = nullptr;
   PFN_cuModuleGetFunction_v2000 module_get_function = nullptr;
   PFN_cuLaunchKernel_v4000 launch_kernel = nullptr;
+  // Several devices and several processes (docs/scale-out.md).
+  PFN_cuDeviceGetUuid_v11040 device_get_uuid = nullptr;
+  PFN_cuMemcpyPeerAsync_v4000 memcpy_peer_async = nullptr;
+  PFN_cuIpcGetMemHandle_v4010 ipc_get_mem_handle = nullptr;
+  PFN_cuIpcOpenMemHandle_v11000 ipc_open_mem_handle = nullptr;
+  PFN_cuIpcCloseMemHandle_v4010 ipc_close_mem_handle = nullptr;
+  PFN_cuIpcGetEventHandle_v4010 ipc_get_event_handle = nullptr;
+  PFN_cuIpcOpenEventHandle_v4010 ipc_open_event_handle = nullptr;
 };
 
 /// The outcome of loading the driver, computed once per process on first use.
@@ -103,6 +111,9 @@ CUcontext current_context();
 
 /// The context a stream belongs to; the current one for the legacy and per-thread streams.
 CUcontext stream_context(CUstream s);
+
+/// The ordinal of the device a context runs on.
+int context_device(CUcontext ctx);
 
 /// Makes a context current for a scope when it is not already, then restores the previous.
 class ScopedContext {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -23,6 +24,13 @@ constexpr std::uint64_t kEventBase = 0xe100000000;
 constexpr std::uint64_t kContextBase = 0xc000000000;
 constexpr std::size_t kAlignment = 256;
 constexpr int kMaxDevices = 64;
+// Address space reserved for each simulated device's memory (pages are taken when written).
+constexpr std::size_t kDeviceMemory = std::size_t{16} << 30;
+constexpr std::uint32_t kEventSlots = 4096;
+// Interprocess handles: a magic number, a version, then the fields (docs/scale-out.md).
+constexpr std::uint32_t kMemoryHandleMagic = 0x4d494143;  // "CAIM"
+constexpr std::uint32_t kEventHandleMagic = 0x45494143;   // "CAIE"
+constexpr std::uint32_t kHandleVersion = 1;
 
 std::string range_text(std::uint64_t lo, std::uint64_t hi) {
   return "[" + hex(lo) + "+" + std::to_string(hi - lo) + ")";
@@ -123,8 +131,14 @@ SimBackend::~SimBackend() {
     }
     cv_.notify_all();
   }
+  stopping_ = true;
   for (std::thread& t : workers) t.join();
-  for (auto& [base, a] : memory_) ::operator delete (host_ptr(base), std::align_val_t{kAlignment});
+  for (auto& [base, a] : memory_) {
+    // Device memory and mappings of other processes go with heaps_ and the mappings.
+    if (a.kind != MemoryKind::device) {
+      ::operator delete (host_ptr(base), std::align_val_t{kAlignment});
+    }
+  }
 }
 
 std::unique_ptr<SimBackend> make_sim_backend(int devices) {
@@ -373,7 +387,12 @@ DeviceProperties SimBackend::properties(int device) {
   p.ordinal = device;
   p.compute_major = 9;
   p.compute_minor = 0;
-  p.total_memory = std::uint64_t{16} << 30;  // nominal; allocations are limited by host memory
+  p.total_memory = kDeviceMemory;  // address space; pages are taken from host memory when written
+  // The same in every process, so that an IPC handle finds its device by uuid.
+  const char tag[] = "cai-sim-device";
+  std::copy(tag, tag + 14, p.uuid.begin());
+  p.uuid[14] = static_cast<std::uint8_t>(device >> 8);
+  p.uuid[15] = static_cast<std::uint8_t>(device & 0xff);
   p.multiprocessors = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return p;
 }
@@ -406,15 +425,21 @@ std::uint64_t SimBackend::alloc(MemoryKind kind, std::size_t bytes) {
     throw_error(Errc::device_error,
                 "alloc(): out of memory allocating " + std::to_string(bytes) + " bytes");
   }
-  const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = ::operator new (rounded, std::align_val_t{kAlignment}, std::nothrow);
-  if (p == nullptr) {
+  std::lock_guard lk(mu_);
+  std::uint64_t base = 0;
+  if (kind == MemoryKind::device) {
+    // Device memory is shared memory that another process can map (ipc_open_memory).
+    base = heap_locked(device_locked()).allocate(bytes);
+  } else {
+    const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = ::operator new (rounded, std::align_val_t{kAlignment}, std::nothrow);
+    base = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+  }
+  if (base == 0) {
     throw_error(Errc::device_error,
                 "alloc(): out of memory allocating " + std::to_string(bytes) + " bytes");
   }
-  const auto base = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
-  std::lock_guard lk(mu_);
-  memory_[base] = Allocation{bytes, kind, device_locked()};
+  memory_[base] = Allocation{bytes, kind, device_locked(), nullptr};
   races_.forget(base, base + bytes);  // in case stale history of host memory was here
   return base;
 }
@@ -431,7 +456,18 @@ void SimBackend::free(std::uint64_t ptr) {
     }
     throw_error(Errc::device_error, std::move(msg));
   }
-  const std::uint64_t size = it->second.size;
+  if (it->second.ipc) {
+    throw_error(Errc::device_error, "free(): " + hex(ptr) +
+                                        " was opened from another process; release it with "
+                                        "ipc_close_memory()");
+  }
+  retire_memory_locked(lk, it);
+}
+
+void SimBackend::retire_memory_locked(std::unique_lock<std::mutex>& lk,
+                                      std::map<std::uint64_t, Allocation>::iterator it) {
+  const std::uint64_t base = it->first;
+  const Allocation a = it->second;
   memory_.erase(it);
   // As cuMemFree: work already enqueued may still use the memory, so let it finish first.
   std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>> pending;
@@ -439,8 +475,24 @@ void SimBackend::free(std::uint64_t ptr) {
     if (s->completed < s->enqueued) pending.emplace_back(s, s->enqueued);
   }
   for (auto& [s, seq] : pending) wait_locked(lk, *s, seq);
-  races_.forget(ptr, ptr + size);
-  ::operator delete (host_ptr(ptr), std::align_val_t{kAlignment});
+  release_memory_locked(base, a);
+}
+
+void SimBackend::release_memory_locked(std::uint64_t base, const Allocation& a) {
+  races_.forget(base, base + a.size);
+  if (a.ipc) return;  // unmapped when the last reference to the mapping goes
+  if (a.kind == MemoryKind::device) {
+    heap_locked(a.device).release(base, a.size);
+  } else {
+    ::operator delete (host_ptr(base), std::align_val_t{kAlignment});
+  }
+}
+
+SharedHeap& SimBackend::heap_locked(int device) {
+  if (heaps_.empty()) heaps_.resize(static_cast<std::size_t>(devices_));
+  auto& heap = heaps_[static_cast<std::size_t>(device)];
+  if (!heap) heap = std::make_unique<SharedHeap>(kDeviceMemory);
+  return *heap;
 }
 
 PointerInfo SimBackend::pointer_info(std::uint64_t ptr) {
@@ -648,13 +700,18 @@ void SimBackend::synchronize() {
 EventHandle SimBackend::event_create(bool timing) {
   std::lock_guard lk(mu_);
   const EventHandle e = kEventBase + ++next_event_;
-  events_[e].timing = timing;
+  Event& ev = events_[e];
+  ev.timing = timing;
+  ev.device = device_locked();
   return e;
 }
 
 void SimBackend::event_destroy(EventHandle e) {
   std::lock_guard lk(mu_);
-  event_locked(e, "event_destroy()");
+  Event& ev = event_locked(e, "event_destroy()");
+  // The slot is reused; its counters only grow, so an importer still waiting on the old
+  // event at worst waits for a later record.
+  if (ev.shared && !ev.shared->opened) free_event_slots_.push_back(ev.shared->index);
   events_.erase(e);
 }
 
@@ -663,11 +720,29 @@ void SimBackend::event_record(EventHandle e, StreamHandle h) {
   std::lock_guard lk(mu_);
   Event& ev = event_locked(e, "event_record()");
   auto s = resolve_locked(h, "event_record()");
+  if (s->device != ev.device) {
+    throw_error(Errc::device_error, "event_record(): event " + hex(e) + " belongs to device " +
+                                        std::to_string(ev.device) + " but " + s->label +
+                                        " to device " + std::to_string(s->device) +
+                                        "; record an event of the stream's device");
+  }
   auto rec = std::make_shared<EventRecord>();
   rec->stamp = std::make_shared<Stamp>();
   Op op;
   op.name = "event_record";
   op.stamp = rec->stamp;
+  if (ev.shared) {
+    // Other processes wait for record number `target` to be reached.
+    const std::uint64_t target = ev.shared->slot->recorded.fetch_add(1) + 1;
+    op.fn = [shared = ev.shared, target] {
+      SharedEventSlot& slot = *shared->slot;
+      std::uint64_t done = slot.completed.load();
+      while (done < target && !slot.completed.compare_exchange_weak(done, target)) {
+      }
+      slot.wake.fetch_add(1);
+      shared_wake_all(slot.wake);
+    };
+  }
   enqueue_locked(s, std::move(op), {});
   rec->stream = s;
   rec->seq = s->enqueued;
@@ -680,6 +755,10 @@ void SimBackend::stream_wait_event(StreamHandle h, EventHandle e) {
   std::lock_guard lk(mu_);
   Event& ev = event_locked(e, "stream_wait_event()");
   auto s = resolve_locked(h, "stream_wait_event()");
+  if (ev.shared && ev.shared->opened) {
+    wait_shared_locked(s, ev.shared);
+    return;
+  }
   if (!ev.record) return;  // as CUDA: waiting on a never-recorded event is a no-op
   const std::shared_ptr<EventRecord> rec = ev.record;
   const Dep dep{rec->stream, rec->seq};
@@ -690,7 +769,26 @@ void SimBackend::stream_wait_event(StreamHandle h, EventHandle e) {
 
 void SimBackend::event_synchronize(EventHandle e) {
   std::unique_lock lk(mu_);
-  const std::shared_ptr<EventRecord> rec = event_locked(e, "event_synchronize()").record;
+  const Event& ev = event_locked(e, "event_synchronize()");
+  if (ev.shared && ev.shared->opened) {
+    // Another process's event: wait in a private stream-less way, without the lock.
+    const std::shared_ptr<SharedEvent> shared = ev.shared;
+    const std::uint64_t target = shared->slot->recorded.load();
+    lk.unlock();
+    while (shared->slot->completed.load() < target) {
+      const std::uint32_t w = shared->slot->wake.load();
+      if (shared->slot->completed.load() >= target) break;
+      shared_wait(shared->slot->wake, w, std::chrono::milliseconds(100));
+      if (shared->slot->completed.load() < target && !shared->owner.alive()) {
+        throw_error(Errc::device_error,
+                    "event_synchronize(): process " + std::to_string(shared->owner.pid) +
+                        ", which records the interprocess event, exited before the event "
+                        "completed");
+      }
+    }
+    return;
+  }
+  const std::shared_ptr<EventRecord> rec = ev.record;
   if (!rec) return;
   wait_locked(lk, *rec->stream, rec->seq);
   join(host_clock_, rec->clock);
@@ -699,7 +797,11 @@ void SimBackend::event_synchronize(EventHandle e) {
 
 bool SimBackend::event_query(EventHandle e) {
   std::lock_guard lk(mu_);
-  const std::shared_ptr<EventRecord> rec = event_locked(e, "event_query()").record;
+  const Event& ev = event_locked(e, "event_query()");
+  if (ev.shared && ev.shared->opened) {
+    return ev.shared->slot->completed.load() >= ev.shared->slot->recorded.load();
+  }
+  const std::shared_ptr<EventRecord> rec = ev.record;
   if (!rec) return true;
   if (rec->stream->completed < rec->seq) return false;
   join(host_clock_, rec->clock);
@@ -728,9 +830,11 @@ float SimBackend::event_elapsed_ms(EventHandle start, EventHandle end) {
 // Simulator-only controls.
 
 void SimBackend::delay(StreamHandle s, double seconds) {
-  if (!(seconds >= 0) || !std::isfinite(seconds)) {
-    throw_error(Errc::value_error,
-                "delay(): seconds must be finite and >= 0, got " + std::to_string(seconds));
+  // At most an hour: a longer pause is a unit mistake, not a test (and 1e20 s would overflow
+  // the clock and pause for nothing).
+  if (!(seconds >= 0) || !(seconds <= 3600)) {
+    throw_error(Errc::value_error, "delay(): seconds must be in [0, 3600], got " +
+                                       std::to_string(seconds));
   }
   submit(s, "delay", {}, {}, {}, seconds);
 }
@@ -801,6 +905,249 @@ void SimBackend::on_thread_exit(std::uint64_t thread_id) {
     it = per_thread_.erase(it);
   }
   current_device_.erase(thread_id);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Several devices and several processes.
+
+namespace {
+
+// The simulator's interprocess handles, inside the 64 opaque bytes.
+struct MemoryHandleBits {
+  std::uint32_t magic = kMemoryHandleMagic;
+  std::uint32_t version = kHandleVersion;
+  std::int32_t pid = 0;
+  std::int32_t fd = -1;  ///< the exporter's descriptor of the device's shared segment
+  std::uint64_t start_time = 0;
+  std::uint64_t offset = 0;  ///< of the allocation in the segment
+  std::uint64_t size = 0;
+};
+struct EventHandleBits {
+  std::uint32_t magic = kEventHandleMagic;
+  std::uint32_t version = kHandleVersion;
+  std::int32_t pid = 0;
+  std::int32_t fd = -1;  ///< the exporter's descriptor of its event table
+  std::uint64_t start_time = 0;
+  std::uint32_t slot = 0;
+};
+static_assert(sizeof(MemoryHandleBits) <= sizeof(IpcMemoryHandle::bytes));
+static_assert(sizeof(EventHandleBits) <= sizeof(IpcEventHandle::bytes));
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared between processes");
+
+template <class Bits, class Handle>
+Handle to_handle(const Bits& bits) {
+  Handle h;
+  std::memcpy(h.bytes.data(), &bits, sizeof bits);
+  return h;
+}
+
+template <class Bits, class Handle>
+Bits from_handle(const Handle& h, std::uint32_t magic, const char* where, const char* what) {
+  Bits bits;
+  std::memcpy(&bits, h.bytes.data(), sizeof bits);
+  if (bits.magic != magic) {
+    throw_error(Errc::device_error, std::string(where) + ": not a simulator " + what +
+                                        " handle (made by another backend, or corrupt)");
+  }
+  if (bits.version != kHandleVersion) {
+    throw_error(Errc::device_error, std::string(where) + ": simulator " + what +
+                                        " handle version " + std::to_string(bits.version) +
+                                        ", this cai reads version " +
+                                        std::to_string(kHandleVersion));
+  }
+  if (bits.pid == ProcessId::self().pid && bits.start_time == ProcessId::self().start_time) {
+    throw_error(Errc::device_error, std::string(where) + ": the " + what +
+                                        " was exported by this process; use it directly");
+  }
+  return bits;
+}
+
+}  // namespace
+
+int SimBackend::stream_device(StreamHandle h) {
+  std::lock_guard lk(mu_);
+  return resolve_locked(h, "stream_device()")->device;
+}
+
+void SimBackend::copy_peer_async(std::uint64_t dst, int dst_device, std::uint64_t src,
+                                 int src_device, std::size_t bytes, StreamHandle s) {
+  const char* where = "copy_peer_async()";
+  for (int d : {dst_device, src_device}) {
+    if (d < 0 || d >= devices_) {
+      throw_error(Errc::value_error, std::string(where) + ": device " + std::to_string(d) +
+                                         " out of range; the simulator has " +
+                                         std::to_string(devices_) + " device(s)");
+    }
+  }
+  AddressRange d = check_range(where, "dst", dst, bytes);
+  AddressRange r = check_range(where, "src", src, bytes);
+  if (bytes == 0) return;
+  {
+    // Each side must be memory of the device it is said to be on, as for cuMemcpyPeerAsync.
+    std::lock_guard lk(mu_);
+    const std::pair<const char*, std::pair<std::uint64_t, int>> sides[] = {
+        {"dst", {dst, dst_device}}, {"src", {src, src_device}}};
+    for (const auto& [name, side] : sides) {
+      auto it = memory_.upper_bound(side.first);
+      if (it == memory_.begin()) continue;  // not simulator memory: the memory check says so
+      --it;
+      const Allocation& a = it->second;
+      if (side.first < it->first + a.size && a.kind == MemoryKind::device &&
+          a.device != side.second) {
+        throw_error(Errc::device_error, std::string(where) + ": " + name + " at " +
+                                            hex(side.first) + " is memory of device " +
+                                            std::to_string(a.device) + ", not of device " +
+                                            std::to_string(side.second));
+      }
+    }
+  }
+  std::vector<AccessRun> runs{{r.lo, r.hi, false}, {d.lo, d.hi, true}};
+  const MemoryCheck checks[] = {{"dst", d.lo, d.hi, true}, {"src", r.lo, r.hi, true}};
+  submit(
+      s, "copy_peer_async", std::move(runs),
+      [dst, src, bytes] { std::memmove(host_ptr(dst), host_ptr(src), bytes); }, checks);
+}
+
+IpcMemoryHandle SimBackend::ipc_export_memory(std::uint64_t base) {
+  const char* where = "ipc_export_memory()";
+  std::lock_guard lk(mu_);
+  auto it = memory_.find(base);
+  if (it == memory_.end()) {
+    throw_error(Errc::device_error, std::string(where) + ": " + hex(base) +
+                                        " is not the start of an allocation of the simulator");
+  }
+  const Allocation& a = it->second;
+  if (a.ipc) {
+    throw_error(Errc::device_error, std::string(where) + ": " + hex(base) +
+                                        " was opened from another process; only its exporter "
+                                        "can share it");
+  }
+  if (a.kind != MemoryKind::device) {
+    throw_error(Errc::device_error, std::string(where) + ": " + hex(base) +
+                                        " is not device memory; only device memory can be "
+                                        "shared with another process");
+  }
+  SharedHeap& heap = heap_locked(a.device);
+  MemoryHandleBits bits;
+  bits.pid = ProcessId::self().pid;
+  bits.start_time = ProcessId::self().start_time;
+  bits.fd = heap.fd();
+  bits.offset = heap.offset_of(base);
+  bits.size = a.size;
+  return to_handle<MemoryHandleBits, IpcMemoryHandle>(bits);
+}
+
+std::uint64_t SimBackend::ipc_open_memory(const IpcMemoryHandle& handle) {
+  const char* where = "ipc_open_memory()";
+  const auto bits =
+      from_handle<MemoryHandleBits, IpcMemoryHandle>(handle, kMemoryHandleMagic, where, "memory");
+  auto mapping = SharedMapping::open(ProcessId{bits.pid, bits.start_time}, bits.fd, bits.offset,
+                                     bits.size, where);
+  const auto base = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(mapping->data()));
+  std::lock_guard lk(mu_);
+  memory_[base] = Allocation{bits.size, MemoryKind::device, device_locked(), std::move(mapping)};
+  races_.forget(base, base + bits.size);
+  return base;
+}
+
+void SimBackend::ipc_close_memory(std::uint64_t base) {
+  std::unique_lock lk(mu_);
+  auto it = memory_.find(base);
+  if (it == memory_.end() || !it->second.ipc) {
+    throw_error(Errc::device_error, "ipc_close_memory(): " + hex(base) +
+                                        " is not memory opened with ipc_open_memory()");
+  }
+  retire_memory_locked(lk, it);
+}
+
+EventHandle SimBackend::ipc_event_create() {
+  const EventHandle e = event_create(false);
+  std::lock_guard lk(mu_);
+  if (!event_table_) {
+    event_table_ = SharedMapping::create(kEventSlots * sizeof(SharedEventSlot), "cai-sim-events");
+  }
+  std::uint32_t index = 0;
+  if (!free_event_slots_.empty()) {
+    index = free_event_slots_.back();
+    free_event_slots_.pop_back();
+  } else if (next_event_slot_ < kEventSlots) {
+    index = next_event_slot_++;
+  } else {
+    events_.erase(e);
+    throw_error(Errc::device_error, "ipc_event_create(): all " + std::to_string(kEventSlots) +
+                                        " interprocess events of the simulator are in use");
+  }
+  auto shared = std::make_shared<SharedEvent>();
+  shared->table = event_table_;
+  // The segment is zero-filled: zero counters are a valid, never-recorded slot.
+  shared->slot = reinterpret_cast<SharedEventSlot*>(event_table_->data()) + index;
+  shared->index = index;
+  shared->owner = ProcessId::self();
+  events_[e].shared = std::move(shared);
+  return e;
+}
+
+IpcEventHandle SimBackend::ipc_export_event(EventHandle e) {
+  std::lock_guard lk(mu_);
+  const Event& ev = event_locked(e, "ipc_export_event()");
+  if (!ev.shared || ev.shared->opened) {
+    throw_error(Errc::device_error, "ipc_export_event(): event " + hex(e) +
+                                        " was not made by ipc_event_create() in this process");
+  }
+  EventHandleBits bits;
+  bits.pid = ProcessId::self().pid;
+  bits.start_time = ProcessId::self().start_time;
+  bits.fd = event_table_->fd();
+  bits.slot = ev.shared->index;
+  return to_handle<EventHandleBits, IpcEventHandle>(bits);
+}
+
+EventHandle SimBackend::ipc_open_event(const IpcEventHandle& handle) {
+  const char* where = "ipc_open_event()";
+  const auto bits =
+      from_handle<EventHandleBits, IpcEventHandle>(handle, kEventHandleMagic, where, "event");
+  if (bits.slot >= kEventSlots) {
+    throw_error(Errc::device_error, std::string(where) + ": event slot " +
+                                        std::to_string(bits.slot) +
+                                        " out of range; corrupt handle");
+  }
+  auto shared = std::make_shared<SharedEvent>();
+  shared->table =
+      SharedMapping::open(ProcessId{bits.pid, bits.start_time}, bits.fd,
+                          bits.slot * sizeof(SharedEventSlot), sizeof(SharedEventSlot), where);
+  shared->slot = reinterpret_cast<SharedEventSlot*>(shared->table->data());
+  shared->index = bits.slot;
+  shared->owner = ProcessId{bits.pid, bits.start_time};
+  shared->opened = true;
+  const EventHandle e = event_create(false);
+  std::lock_guard lk(mu_);
+  events_[e].shared = std::move(shared);
+  return e;
+}
+
+void SimBackend::wait_shared_locked(const std::shared_ptr<Stream>& s,
+                                    const std::shared_ptr<SharedEvent>& ev) {
+  // As cuStreamWaitEvent: the wait is for the most recent record at the time of the call.
+  const std::uint64_t target = ev->slot->recorded.load();
+  if (ev->slot->completed.load() >= target) return;
+  Op op;
+  op.name = "stream_wait_event";
+  op.fn = [this, ev, target] {
+    SharedEventSlot& slot = *ev->slot;
+    for (;;) {
+      const std::uint32_t w = slot.wake.load();
+      if (slot.completed.load() >= target) return;
+      shared_wait(slot.wake, w, std::chrono::milliseconds(100));
+      if (slot.completed.load() >= target) return;
+      if (stopping_) throw std::runtime_error("the simulator was destroyed during the wait");
+      if (!ev->owner.alive()) {
+        throw std::runtime_error("process " + std::to_string(ev->owner.pid) +
+                                 ", which records the interprocess event, exited before the "
+                                 "event completed");
+      }
+    }
+  };
+  enqueue_locked(s, std::move(op), {});
 }
 
 }  // namespace cai::device::detail

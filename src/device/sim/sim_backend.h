@@ -4,6 +4,7 @@
 // run by one worker thread each, and a race detector checks every access at enqueue time.
 // Tests construct private instances with make_sim_backend().
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -18,7 +19,9 @@
 
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
+#include "device/shared_memory.h"
 #include "device/sim/race_detector.h"
+#include "device/sim/shared_heap.h"
 
 namespace cai::device::detail {
 
@@ -66,6 +69,16 @@ class SimBackend final : public Backend {
 
   void synchronize() override;
   SimBackend* as_simulator() noexcept override { return this; }
+
+  int stream_device(StreamHandle s) override;
+  void copy_peer_async(std::uint64_t dst, int dst_device, std::uint64_t src, int src_device,
+                       std::size_t bytes, StreamHandle s) override;
+  IpcMemoryHandle ipc_export_memory(std::uint64_t base) override;
+  std::uint64_t ipc_open_memory(const IpcMemoryHandle& handle) override;
+  void ipc_close_memory(std::uint64_t base) override;
+  EventHandle ipc_event_create() override;
+  IpcEventHandle ipc_export_event(EventHandle e) override;
+  EventHandle ipc_open_event(const IpcEventHandle& handle) override;
 
   // Simulator-only controls, exposed publicly through cai/device/simulator.h.
   void delay(StreamHandle s, double seconds);
@@ -120,14 +133,31 @@ class SimBackend final : public Backend {
     VectorClock clock;
     std::shared_ptr<Stamp> stamp;
   };
+  /// The part of an interprocess event that lives in shared memory: records are numbered;
+  /// a stream that reaches record n stores n in `completed` and wakes the waiters.
+  struct alignas(64) SharedEventSlot {
+    std::atomic<std::uint64_t> recorded;
+    std::atomic<std::uint64_t> completed;
+    std::atomic<std::uint32_t> wake;  ///< futex word, bumped at each completion
+  };
+  struct SharedEvent {
+    std::shared_ptr<SharedMapping> table;  ///< keeps the slot mapped
+    SharedEventSlot* slot = nullptr;
+    std::uint32_t index = 0;
+    ProcessId owner;      ///< the process that created the event
+    bool opened = false;  ///< opened from another process (ipc_open_event)
+  };
   struct Event {
     bool timing = false;
-    std::shared_ptr<EventRecord> record;  ///< null until recorded
+    int device = 0;
+    std::shared_ptr<EventRecord> record;  ///< null until recorded (locally)
+    std::shared_ptr<SharedEvent> shared;  ///< interprocess events only
   };
   struct Allocation {
     std::uint64_t size = 0;
     MemoryKind kind = MemoryKind::device;
     int device = 0;
+    std::shared_ptr<SharedMapping> ipc;  ///< set for memory opened from another process
   };
   struct DeviceState {
     std::shared_ptr<Stream> legacy;
@@ -159,6 +189,15 @@ class SimBackend final : public Backend {
   void wait_locked(std::unique_lock<std::mutex>& lk, const Stream& s, std::uint64_t seq);
 
   void run_worker(std::shared_ptr<Stream> s);
+  /// The device heap of `device` (made on first use).
+  SharedHeap& heap_locked(int device);
+  /// Removes an allocation, waits for the work queued so far (it may use the memory), then
+  /// gives the memory back (or unmaps another process's).
+  void retire_memory_locked(std::unique_lock<std::mutex>& lk,
+                            std::map<std::uint64_t, Allocation>::iterator it);
+  void release_memory_locked(std::uint64_t base, const Allocation& a);
+  /// Enqueues on s a wait until the shared event reaches its current record (interprocess).
+  void wait_shared_locked(const std::shared_ptr<Stream>& s, const std::shared_ptr<SharedEvent>& ev);
   /// Validates the stream and memory, then enqueues an operation performing `runs`.
   void submit(StreamHandle s, const std::string& name, std::vector<AccessRun> runs,
               std::function<void()> fn, std::span<const MemoryCheck> checks, double delay = 0);
@@ -181,6 +220,11 @@ class SimBackend final : public Backend {
   std::map<std::uint64_t, int> current_device_;  // by host thread id; absent = 0
   std::vector<DeviceState> device_state_;
   std::uint64_t next_stream_ = 0, next_event_ = 0;
+  std::vector<std::unique_ptr<SharedHeap>> heaps_;  // device memory, by device
+  std::shared_ptr<SharedMapping> event_table_;      // slots of this process's shared events
+  std::vector<std::uint32_t> free_event_slots_;
+  std::uint32_t next_event_slot_ = 0;
+  std::atomic<bool> stopping_{false};  // the destructor runs: interprocess waits give up
 };
 
 /// A private simulator (tests); the process-wide one comes from backend().

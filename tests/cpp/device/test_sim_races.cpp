@@ -302,6 +302,11 @@ TEST_F(SimRaceTest, tasks_declare_strided_accesses) {
 }
 
 TEST_F(SimRaceTest, detection_can_be_switched_off) {
+#if defined(__SANITIZE_THREAD__)
+  // The two writes below race on purpose (two unordered streams); ThreadSanitizer reports it
+  // whenever the two memsets overlap in time.
+  GTEST_SKIP() << "an intentional data race";
+#endif
   EXPECT_TRUE(sim->race_detection());
   sim->set_race_detection(false);
   write(buf, s1);

@@ -1,0 +1,62 @@
+#pragma once
+
+// Layer 4: arrays on several devices (docs/scale-out.md). Device memory belongs to one device;
+// an operation runs on the device of its operands, made current for its duration, so that the
+// default stream handles 1 and 2 name that device's streams; a copy may cross devices.
+// With a single device none of this costs more than one virtual call.
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+
+#include "cai/arrays/view.h"
+
+namespace cai {
+
+/// The device whose memory holds `v`: the allocation's device (pinned and managed memory
+/// report the device they were allocated on); -1 for a zero-size array or foreign memory.
+int device_of(const View& v);
+
+/// A device uuid as text, 8-4-4-4-12 hex digits (as nvidia-smi writes it, without "GPU-").
+std::string uuid_text(const std::array<std::uint8_t, 16>& uuid);
+
+/// Makes `device` the calling thread's current device for a scope, then restores the previous
+/// one. Does nothing when device < 0 or when it is already current.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+/// An operand of an operation and its name in messages ("dst", "a").
+struct NamedView {
+  const char* name;
+  const View* view;
+};
+
+/// The device an operation runs on, current for the scope: the one device of its operands in
+/// device memory. Throws Error(value_error) naming both devices when they are on different
+/// devices, or when `stream` (a created stream) belongs to another device than theirs.
+class OperationDevice {
+ public:
+  OperationDevice(const char* entry, std::initializer_list<NamedView> operands,
+                  const sync::StreamRef& stream);
+
+ private:
+  std::optional<DeviceGuard> guard_;
+};
+
+/// dst[...] = src[...] when dst and src are in device memory of different devices: a peer copy
+/// (cuMemcpyPeerAsync) on `stream`, which must belong to dst's device (the default streams
+/// name it), ordered after and before the work queued on either array. Returns false, doing
+/// nothing, when they are on one device. Shapes and dtypes are the caller's to check.
+bool copy_between_devices(const View& dst, const View& src, const sync::StreamRef& stream);
+
+}  // namespace cai

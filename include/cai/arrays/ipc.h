@@ -1,0 +1,85 @@
+#pragma once
+
+// Layer 4: arrays shared with other processes of the same machine (CUDA IPC), with a reference
+// count shared between the processes and an interprocess event for ordering. The rules are in
+// docs/scale-out.md: a handle is made by ipc_export; every copy sent to another process carries
+// its own ticket (ipc_issue_ticket), which is one reference and opens once; the exporter keeps
+// the memory while references are out, and frees it at ipc_collect once all came back.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cai/arrays/view.h"
+
+namespace cai {
+
+/// What another process needs to open an array of this one. Plain data (the Python layer
+/// pickles its fields), plus `keep`, which holds the export in this process and is not sent.
+struct IpcArrayHandle {
+  // Where it can be opened.
+  std::string boot_id;  ///< this machine and boot (/proc/sys/kernel/random/boot_id)
+  std::string backend;  ///< "cuda" or "simulator"
+  std::array<std::uint8_t, 16> device_uuid{};
+  int device = 0;  ///< the exporter's ordinal for the device (informative)
+  // The memory: absent for a zero-size array.
+  bool has_memory = false;
+  device::IpcMemoryHandle memory;
+  std::uint64_t alloc_size = 0;
+  std::uint64_t offset = 0;  ///< from the allocation's start to the element at (0, ..., 0)
+  // The array.
+  DType dtype;
+  Dims shape, strides;  ///< strides in bytes
+  bool readonly = false;
+  // Ordering: an event recorded after the work queued on the array (absent: none queued).
+  bool has_event = false;
+  device::IpcEventHandle event;
+  // Lifetime: the reference count in the control segment of the process that owns the memory.
+  std::int32_t owner_pid = 0;
+  std::uint64_t owner_start = 0;  ///< the owner's start time (pid reuse)
+  std::int32_t control_fd = -1;
+  std::uint32_t slot = 0;
+  std::uint64_t generation = 0;
+  std::uint64_t ticket = 0;  ///< 0 until ipc_issue_ticket: not a reference yet
+  /// Keeps the export alive in this process while the handle exists (not sent).
+  std::shared_ptr<const void> keep;
+};
+
+/// Shares v with other processes: registers its allocation once (the memory then stays alive
+/// while any reference is out, even when every View of it is gone) and records an interprocess
+/// event after the work queued on v, so that an importer's first use waits for it. The host
+/// does not wait. Memory that this process opened from another is forwarded (its owner's
+/// count is used); there, queued work is waited for instead, as no event could outlive the
+/// forwarder. Throws Error(value_error) for memory that is not device memory.
+IpcArrayHandle ipc_export(const View& v);
+
+/// A copy of h that is one new reference for another process (each serialized copy needs its
+/// own: a ticket opens once). Also releases exports whose references all came back.
+IpcArrayHandle ipc_issue_ticket(const IpcArrayHandle& h);
+
+/// Opens h in this process: maps the memory on the device with h's uuid (once per allocation
+/// and process), makes `stream` wait for the exporter's event without blocking the host, and
+/// returns a View on `stream` whose last copy releases the reference. A handle of this process
+/// gives a view of the original memory. Errors name the cause: another machine or boot,
+/// another backend, a ticket opened before (in this process or another), an exporter that
+/// exited, a device that is not visible here.
+View ipc_open(const IpcArrayHandle& h, const sync::StreamRef& stream);
+
+/// Gives back the reference of a handle that will never be opened (never throws).
+void ipc_discard(const IpcArrayHandle& h) noexcept;
+
+/// Gives back every reference this process holds, for a process about to end without running
+/// destructors (multiprocessing's children end with os._exit); what it opened stays mapped
+/// until then.
+void ipc_return_all() noexcept;
+
+/// Releases the exports of this process whose references all came back and that no handle
+/// here holds; returns how many. Runs at every export and ticket too.
+std::size_t ipc_collect();
+
+/// Exports of this process that other processes still hold references to.
+std::size_t ipc_exports_in_use();
+
+}  // namespace cai

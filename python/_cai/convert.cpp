@@ -1,0 +1,182 @@
+// Python values read into C++ with one policy per kind of value, owners, the NumPy module.
+
+#include "convert.h"
+
+#include <nanobind/stl/string.h>
+
+namespace cai::python {
+
+std::string type_name_of(nb::handle o) {
+  // The C name, as Python's own messages give it ("numpy.float64", "str"); nanobind's types
+  // with their module ("cai._cai.Stream").
+  if (nb::type_check(Py_TYPE(o.ptr()))) return nb::inst_name(o).c_str();
+  return Py_TYPE(o.ptr())->tp_name;
+}
+
+bool is_integer(nb::handle o) noexcept {
+  return !PyBool_Check(o.ptr()) && (PyLong_Check(o.ptr()) || PyIndex_Check(o.ptr()));
+}
+
+namespace {
+
+// o as a Python int under the policy (a new reference), or a TypeError naming `what`.
+nb::object as_int(nb::handle o, std::string_view what, std::string_view expected) {
+  if (PyLong_Check(o.ptr()) && !PyBool_Check(o.ptr())) return nb::borrow(o);
+  if (!is_integer(o)) throw_key_type_error(what, type_name_of(o), expected);
+  // __index__ is Python code: a daemon thread ended inside it at exit parks (common.h).
+  PyObject* i = call_python([&] { return PyNumber_Index(o.ptr()); });
+  if (!i) {
+    // An ndarray of more than one element has __index__ but is no integer: say what was
+    // expected. Other exceptions of __index__ are the object's own and propagate.
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
+    nb::python_error e;  // fetches it
+    throw_error(Errc::type_error, std::string(what) + ": expected " + std::string(expected) +
+                                      ", got " + type_name_of(o) + " (" + e.what() + ")");
+  }
+  return nb::steal(i);
+}
+
+}  // namespace
+
+std::string short_repr(nb::handle o) {
+  PyObject* r = PyObject_Repr(o.ptr());
+  if (!r) {
+    PyErr_Clear();
+    return type_name_of(o);
+  }
+  nb::object ro = nb::steal(r);
+  const char* c = PyUnicode_AsUTF8(r);
+  if (!c) {
+    PyErr_Clear();
+    return type_name_of(o);
+  }
+  std::string out(c);
+  if (out.size() > 60) out = out.substr(0, 57) + "...";
+  return out;
+}
+
+std::int64_t read_int64(nb::handle o, std::string_view what, std::string_view expected,
+                        Errc range) {
+  nb::object i = as_int(o, what, expected);
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+  if (overflow)
+    throw_error(range, std::string(what) + ": " + short_repr(i) +
+                           " does not fit in a signed 64-bit integer");
+  return v;
+}
+
+std::uint64_t read_uint64(nb::handle o, std::string_view what, std::string_view expected) {
+  nb::object i = as_int(o, what, expected);
+  const unsigned long long v = PyLong_AsUnsignedLongLong(i.ptr());
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) throw nb::python_error();
+    PyErr_Clear();
+    throw_error(Errc::value_error, std::string(what) + ": " + short_repr(i) +
+                                       " is out of range (expected an int in [0, 2**64))");
+  }
+  return v;
+}
+
+Dims read_dims(nb::handle o, std::string_view what, DimsForm form) {
+  const char* expected =
+      form == DimsForm::cai_key ? "a tuple of int" : "an int or a sequence of int";
+  nb::object items;
+  if (PyTuple_Check(o.ptr())) {
+    items = nb::borrow(o);
+  } else if (PyList_Check(o.ptr())) {
+    // An item's __index__ may change the list while it is read: read a tuple copy.
+    items = nb::steal(PyList_AsTuple(o.ptr()));
+    if (!items.is_valid()) throw nb::python_error();
+  } else if (form == DimsForm::cai_key || PyUnicode_Check(o.ptr()) || PyBytes_Check(o.ptr())) {
+    throw_key_type_error(what, type_name_of(o), expected);
+  } else if (is_integer(o) && !PySequence_Check(o.ptr())) {
+    return Dims{read_int64(o, what, expected)};
+  } else if (PySequence_Check(o.ptr())) {
+    // An ndarray is both: a 0-d integer array is one size (its __index__), any other is a
+    // sequence, as NumPy reads shapes.
+    if (is_integer(o)) {
+      PyObject* i = call_python([&] { return PyNumber_Index(o.ptr()); });
+      if (i) return Dims{read_int64(nb::steal(i), what, expected)};
+      if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
+      PyErr_Clear();
+    }
+    PyObject* t = call_python([&] { return PySequence_Tuple(o.ptr()); });
+    if (!t) throw nb::python_error();
+    items = nb::steal(t);
+  } else {
+    throw_key_type_error(what, type_name_of(o), expected);
+  }
+  const Py_ssize_t n = PyTuple_GET_SIZE(items.ptr());
+  if (n > max_ndim)
+    throw_error(Errc::value_error, std::string(what) + ": " + std::to_string(n) +
+                                       " dimensions; at most " + std::to_string(max_ndim) +
+                                       " are supported");
+  Dims out(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i)
+    out[static_cast<std::size_t>(i)] =
+        read_int64(PyTuple_GET_ITEM(items.ptr(), i), what, "a tuple of int");
+  return out;
+}
+
+nb::tuple to_tuple(std::span<const std::int64_t> values) {
+  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(values.size()));
+  if (!t) throw nb::python_error();
+  nb::tuple out = nb::steal<nb::tuple>(t);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    PyObject* v = PyLong_FromLongLong(values[i]);
+    if (!v) throw nb::python_error();
+    PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), v);
+  }
+  return out;
+}
+
+nb::handle numpy_module() {
+  // Constant-initialized, so no guard: the import may release the GIL, and a thread that
+  // waited on a static's guard while holding the GIL would deadlock. Two threads may both
+  // import; they get the same module. Leaked on purpose (it outlives every cai object).
+  static PyObject* mod = nullptr;
+  if (!mod) {
+    PyObject* m = PyImport_ImportModule("numpy");
+    if (!m) throw nb::python_error();
+    if (mod)
+      Py_DECREF(m);
+    else
+      mod = m;
+  }
+  return mod;
+}
+
+namespace {
+
+// The deleter of keep_alive's owners; its type identifies them (kept_object).
+struct ReleasePyObject {
+  void operator()(const void* p) const noexcept {
+    // nb::is_alive(), not Py_IsInitialized(): the latter is already false while modules are
+    // torn down at exit, which leaked every imported producer (nanobind reported the leaks).
+    if (!nb::is_alive()) return;
+    PyObject* o = static_cast<PyObject*>(const_cast<void*>(p));
+    if (PyGILState_Check()) {  // the usual case: released from Python code
+      Py_DECREF(o);
+      return;
+    }
+    WithGil gil;
+    Py_DECREF(o);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const void> keep_alive(nb::handle obj) {
+  if (!obj.is_valid() || obj.is_none()) return nullptr;
+  Py_INCREF(obj.ptr());  // if the allocation throws, the deleter gives it back
+  return std::shared_ptr<const void>(obj.ptr(), ReleasePyObject{});
+}
+
+PyObject* kept_object(const std::shared_ptr<const void>& owner) noexcept {
+  if (!owner || !std::get_deleter<ReleasePyObject>(owner)) return nullptr;
+  return static_cast<PyObject*>(const_cast<void*>(owner.get()));
+}
+
+}  // namespace cai::python

@@ -1,0 +1,64 @@
+#pragma once
+
+// Internal to the extension: Python values read into C++ with ONE policy per kind of value
+// (docs/python.md, "Arguments"), Python objects kept alive from C++, and the NumPy module.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "cai/core/dims.h"
+#include "cai/core/error.h"
+#include "cai/core/interface.h"
+#include "common.h"
+
+namespace cai::python {
+
+/// The type name of `o` for messages ("int", "numpy.ndarray").
+std::string type_name_of(nb::handle o);
+
+/// repr(o) for a message: at most 60 characters, the type name where repr itself fails.
+std::string short_repr(nb::handle o);
+
+/// The integer policy of every entry point: a Python int or any object with __index__ (NumPy
+/// integers, 0-d integer arrays, cai.Stream), never a bool; floats and str have no __index__.
+/// Calls no Python code.
+bool is_integer(nb::handle o) noexcept;
+
+/// Reads an integer under that policy. TypeError "<what>: expected <expected>, got <type>";
+/// `range` (OverflowError by default) "<what>: <value> does not fit in a signed 64-bit
+/// integer"; an exception raised by __index__ propagates.
+std::int64_t read_int64(nb::handle o, std::string_view what, std::string_view expected = "an int",
+                        Errc range = Errc::overflow);
+
+/// The same for addresses and handles, in [0, 2**64): ValueError "<what>: <value> is out of
+/// range (expected an int in [0, 2**64))".
+std::uint64_t read_uint64(nb::handle o, std::string_view what, std::string_view expected);
+
+/// What a shape or strides argument may be.
+enum class DimsForm {
+  cai_key,   ///< a CAI dict entry: a tuple (or list) of integers
+  argument,  ///< an API argument: one integer, or any sequence of integers (tuple, list,
+             ///< integer ndarray), as NumPy's shape arguments
+};
+
+/// Reads a shape or strides under the integer policy; at most max_ndim values.
+Dims read_dims(nb::handle o, std::string_view what, DimsForm form);
+
+/// Shape tuple from values (what Python prints as format_dims does).
+nb::tuple to_tuple(std::span<const std::int64_t> values);
+
+/// The numpy module, imported on first use. Safe from any number of threads at once: no lock
+/// is held while NumPy imports (a function-local static would deadlock, docs/reliability.md).
+nb::handle numpy_module();
+
+/// Keeps a Python object alive from C++: the one owner type for every Python object a View,
+/// a stream or a tensor holds. Released with the GIL; leaked once the interpreter is gone.
+/// Null for None.
+std::shared_ptr<const void> keep_alive(nb::handle obj);
+
+/// The Python object behind an owner made by keep_alive, or nullptr for any other owner.
+PyObject* kept_object(const std::shared_ptr<const void>& owner) noexcept;
+
+}  // namespace cai::python

@@ -1,0 +1,222 @@
+// Arrays shared between processes (docs/scale-out.md): DeviceNDArray.get_ipc_handle(),
+// cai.IpcHandle (open/close/with, pickled as one reference per copy), cai.ipc_collect().
+
+#include <nanobind/stl/string.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "array.h"
+#include "cai/arrays/ipc.h"
+#include "cai/core/error.h"
+#include "common.h"
+
+namespace cai::python {
+
+namespace {
+
+constexpr int kPickleVersion = 1;
+
+struct PyIpcHandle;
+// Received handles not opened yet (each holds a reference): given back at exit.
+std::set<PyIpcHandle*>& unopened() {
+  static auto* s = new std::set<PyIpcHandle*>;  // leaked: used at exit
+  return *s;
+}
+
+/// cai.IpcHandle.
+struct PyIpcHandle {
+  IpcArrayHandle handle;
+  nb::object np_dtype;
+  /// Received from another pickle: holds a reference (a ticket) until opened or dropped.
+  bool received = false;
+  enum class State { fresh, open, closed } state = State::fresh;
+  std::shared_ptr<const void> opened;  ///< the opened array's memory, until close()
+
+  PyIpcHandle(IpcArrayHandle h, nb::object dtype, bool from_pickle)
+      : handle(std::move(h)), np_dtype(std::move(dtype)), received(from_pickle) {
+    if (received) unopened().insert(this);
+  }
+  PyIpcHandle(PyIpcHandle&& o) noexcept
+      : handle(std::move(o.handle)),
+        np_dtype(std::move(o.np_dtype)),
+        received(std::exchange(o.received, false)),
+        state(o.state),
+        opened(std::move(o.opened)) {
+    if (unopened().erase(&o) != 0) unopened().insert(this);
+  }
+  PyIpcHandle& operator=(PyIpcHandle&&) = delete;
+  ~PyIpcHandle() {
+    // Never opened: give the reference back so that the exporter can free the memory.
+    if (received && state == State::fresh) ipc_discard(handle);
+    unopened().erase(this);
+  }
+};
+
+nb::bytes to_bytes(const std::uint8_t* data, std::size_t n) {
+  return nb::bytes(reinterpret_cast<const char*>(data), n);
+}
+
+template <std::size_t N>
+void from_bytes(nb::handle obj, std::array<std::uint8_t, N>& out, const char* what) {
+  if (!PyBytes_Check(obj.ptr()) || static_cast<std::size_t>(PyBytes_GET_SIZE(obj.ptr())) != N) {
+    throw_error(Errc::type_error, std::string("IpcHandle: ") + what + " must be " +
+                                      std::to_string(N) + " bytes, got " + nb::repr(obj).c_str());
+  }
+  std::memcpy(out.data(), PyBytes_AS_STRING(obj.ptr()), N);
+}
+
+nb::object open_handle(PyIpcHandle& self, nb::handle stream) {
+  using State = PyIpcHandle::State;
+  if (self.state == State::open) {
+    throw_error(Errc::value_error,
+                "IpcHandle.open(): the handle is open already (use the array it gave; a handle "
+                "opens once)");
+  }
+  if (self.state == State::closed) {
+    throw_error(Errc::value_error,
+                "IpcHandle.open(): the handle is closed; a handle opens once (send another one "
+                "for another array)");
+  }
+  const auto s = stream_arg(stream, "IpcHandle.open()", library_default_stream());
+  View v = ipc_open(self.handle, s);
+  self.opened = v.owner();
+  self.state = State::open;
+  unopened().erase(&self);
+  return wrap(std::move(v), self.np_dtype);
+}
+
+void close_handle(PyIpcHandle& self) {
+  if (self.state == PyIpcHandle::State::fresh && self.received) ipc_discard(self.handle);
+  unopened().erase(&self);
+  self.opened.reset();  // the arrays opened from it keep the memory while they live
+  self.state = PyIpcHandle::State::closed;
+}
+
+nb::tuple pickle_fields(const PyIpcHandle& self) {
+  // Each pickled copy is a reference of its own.
+  const IpcArrayHandle h = ipc_issue_ticket(self.handle);
+  return nb::make_tuple(kPickleVersion, nb::str(h.boot_id.c_str()), nb::str(h.backend.c_str()),
+                        to_bytes(h.device_uuid.data(), h.device_uuid.size()), h.device,
+                        h.has_memory, to_bytes(h.memory.bytes.data(), h.memory.bytes.size()),
+                        h.alloc_size, h.offset, self.np_dtype, to_tuple(h.shape),
+                        to_tuple(h.strides), h.readonly, h.has_event,
+                        to_bytes(h.event.bytes.data(), h.event.bytes.size()), h.owner_pid,
+                        h.owner_start, h.control_fd, h.slot, h.generation, h.ticket);
+}
+
+nb::object handle_from_fields(nb::args f) {
+  if (f.size() < 1 || !PyLong_Check(f[0].ptr()) || nb::cast<int>(f[0]) != kPickleVersion) {
+    throw_error(Errc::value_error, "IpcHandle: pickled by another version of cai (format " +
+                                       std::string(f.size() ? nb::repr(f[0]).c_str() : "?") +
+                                       ", this cai reads " + std::to_string(kPickleVersion) + ")");
+  }
+  if (f.size() != 21) {
+    throw_error(Errc::type_error,
+                "IpcHandle: expected 21 pickled fields, got " + std::to_string(f.size()));
+  }
+  IpcArrayHandle h;
+  h.boot_id = nb::cast<std::string>(f[1]);
+  h.backend = nb::cast<std::string>(f[2]);
+  from_bytes(f[3], h.device_uuid, "device uuid");
+  h.device = nb::cast<int>(f[4]);
+  h.has_memory = nb::cast<bool>(f[5]);
+  from_bytes(f[6], h.memory.bytes, "memory handle");
+  h.alloc_size = nb::cast<std::uint64_t>(f[7]);
+  h.offset = nb::cast<std::uint64_t>(f[8]);
+  nb::object dtype = numpy_module().attr("dtype")(f[9]);
+  h.dtype = dtype_from_numpy(dtype, "IpcHandle");
+  h.shape = read_dims(f[10], "IpcHandle: shape", DimsForm::cai_key);
+  h.strides = read_dims(f[11], "IpcHandle: strides", DimsForm::cai_key);
+  h.readonly = nb::cast<bool>(f[12]);
+  h.has_event = nb::cast<bool>(f[13]);
+  from_bytes(f[14], h.event.bytes, "event handle");
+  h.owner_pid = nb::cast<std::int32_t>(f[15]);
+  h.owner_start = nb::cast<std::uint64_t>(f[16]);
+  h.control_fd = nb::cast<std::int32_t>(f[17]);
+  h.slot = nb::cast<std::uint32_t>(f[18]);
+  h.generation = nb::cast<std::uint64_t>(f[19]);
+  h.ticket = nb::cast<std::uint64_t>(f[20]);
+  return nb::cast(PyIpcHandle(std::move(h), std::move(dtype), true), nb::rv_policy::move);
+}
+
+}  // namespace
+
+void bind_ipc(nb::module_& m) {
+  auto cls = nb::class_<PyIpcHandle>(
+      m, "IpcHandle",
+      "A device array shared with other processes of this machine (CUDA IPC). Pickle it (or "
+      "send it through multiprocessing) to another process, which calls open() or uses `with "
+      "handle as arr:`. Each pickled copy opens once; the memory stays valid while any "
+      "process holds it open, and the exporter's queued work comes first.");
+  cls.def("open", &open_handle, nb::arg("stream").none() = 0,
+          "A DeviceNDArray on the shared memory (no copy), on `stream` (0: the default stream), "
+          "which waits for the work the exporter queued before get_ipc_handle(); the host "
+          "does not wait.")
+      .def("close", &close_handle,
+           "Done with the handle: the memory is unmapped when the arrays opened from it are gone "
+           "too (using such an array after close() is safe).")
+      .def("__enter__", [](PyIpcHandle& self) { return open_handle(self, nb::int_(0)); })
+      .def("__exit__", [](PyIpcHandle& self, nb::args) { close_handle(self); })
+      .def_prop_ro("shape", [](const PyIpcHandle& h) { return to_tuple(h.handle.shape); })
+      .def_prop_ro("strides", [](const PyIpcHandle& h) { return to_tuple(h.handle.strides); })
+      .def_prop_ro("dtype", [](const PyIpcHandle& h) { return h.np_dtype; })
+      .def_prop_ro("readonly", [](const PyIpcHandle& h) { return h.handle.readonly; })
+      .def_prop_ro(
+          "device", [](const PyIpcHandle& h) { return h.handle.device; },
+          "The exporter's number for the device (the importer finds it by uuid).")
+      .def_prop_ro(
+          "offset", [](const PyIpcHandle& h) { return h.handle.offset; },
+          "Bytes from the start of the shared allocation to the array's first element.")
+      .def_prop_ro(
+          "exporter_pid", [](const PyIpcHandle& h) { return h.handle.owner_pid; },
+          "The process that owns the memory.")
+      .def_prop_ro("is_open",
+                   [](const PyIpcHandle& h) { return h.state == PyIpcHandle::State::open; })
+      .def("__reduce__",
+           [](nb::handle self) {
+             return nb::make_tuple(nb::module_::import_("cai._scaleout").attr("_ipc_handle"),
+                                   pickle_fields(nb::cast<PyIpcHandle&>(self)));
+           })
+      .def("__repr__", [](const PyIpcHandle& h) {
+        std::string state = h.state == PyIpcHandle::State::open     ? "open"
+                            : h.state == PyIpcHandle::State::closed ? "closed"
+                                                                    : "not opened";
+        return "<cai.IpcHandle shape=" + std::string(nb::repr(to_tuple(h.handle.shape)).c_str()) +
+               " dtype=" + std::string(nb::str(h.np_dtype).c_str()) + " from process " +
+               std::to_string(h.handle.owner_pid) + ", " + state + ">";
+      });
+  m.def("_ipc_handle", &handle_from_fields, "Rebuilds a pickled cai.IpcHandle.");
+
+  nb::handle array = nb::type<PyArray>();
+  array.attr("get_ipc_handle") = nb::cpp_function(
+      [](PyArray& self) {
+        nb::object dtype = numpy_dtype(self.view.dtype());
+        return PyIpcHandle(ipc_export(self.view), std::move(dtype), false);
+      },
+      nb::is_method(), nb::scope(array), nb::name("get_ipc_handle"),
+      "A cai.IpcHandle that another process of this machine opens to use this array's memory "
+      "(no copy). The memory stays alive while any process holds it; work queued on the "
+      "array before this call is seen by the importer's first use. The host does not wait.");
+
+  m.def("ipc_collect", &ipc_collect,
+        "Frees the memory this process shared once every process gave its references back; "
+        "returns how many allocations were released. Runs at every get_ipc_handle() too.");
+  m.def(
+      "_ipc_return_all",
+      [] {
+        for (PyIpcHandle* h : unopened()) {
+          ipc_discard(h->handle);
+          h->state = PyIpcHandle::State::closed;
+        }
+        unopened().clear();
+        ipc_return_all();
+      },
+      "At exit: gives back every reference to other processes' memory this process holds.");
+  m.def("_ipc_exports_in_use", &ipc_exports_in_use,
+        "How many shared allocations other processes still hold.");
+}
+
+}  // namespace cai::python

@@ -1,0 +1,162 @@
+"""Arrays leaving the process (docs/scale-out.md): pickling and copy.deepcopy of
+DeviceNDArray, the lazy registration of Dask serializers, and the exit-time warning about
+memory still shared with other processes.
+
+Pickling copies to the host (as Numba and CuPy do): the receiver gets a new device array with
+the same shape, dtype and values on its current device. The host copy is a NumPy array, so
+protocol 5 sends it out of band (pickle.PickleBuffer) without another copy. Importing
+cai.multiprocessing makes multiprocessing send arrays as IPC handles instead (no copy).
+"""
+
+import atexit
+import importlib.abc
+import pickle
+import sys
+import warnings
+
+from . import _cai
+from ._cai import DeviceNDArray
+
+
+def _host_copy(arr):
+    """The values of `arr` in a NumPy array, Fortran-ordered when `arr` is (a transposed
+    copy costs nothing more), else C-ordered."""
+    if arr.ndim > 1 and arr.is_f_contiguous() and not arr.is_c_contiguous():
+        return arr.T.copy_to_host().T
+    return arr.copy_to_host()
+
+
+def _host_state(arr, protocol):
+    """What a pickle carries: the bytes (out of band with protocol 5), shape, dtype, order.
+    The dtype travels on its own: NumPy's own array pickling drops a big-endian byte order."""
+    host = _host_copy(arr)
+    fortran = host.ndim > 1 and not host.flags.c_contiguous
+    dense = host.T if fortran else host       # C-contiguous either way
+    data = pickle.PickleBuffer(dense) if protocol >= 5 else dense.tobytes()
+    return data, arr.shape, arr.dtype, fortran
+
+
+def _host_array(data, shape, dtype, fortran):
+    import numpy as np  # not at `import cai`: threads making their first call import it
+
+    if dtype.itemsize == 0 or 0 in shape:
+        return np.zeros(shape, dtype)
+    flat = np.frombuffer(data, dtype=dtype)
+    return flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape)
+
+
+def _rebuild(data, shape, dtype, fortran, mask=None):
+    """Unpickles a DeviceNDArray: a new array on the current device."""
+    arr = _cai.to_device(_host_array(data, shape, dtype, fortran))
+    if mask is None:
+        return arr
+    mask_arr = _rebuild(*mask)
+    desc = dict(arr.__cuda_array_interface__)
+    desc["mask"] = mask_arr
+    return _cai.from_cuda_array_interface(desc, owner=(arr, mask_arr))
+
+
+def _reduce_ex(self, protocol):
+    state = _host_state(self, protocol)
+    mask = self.mask
+    return (_rebuild, state if mask is None else state + (_host_state(mask, protocol),))
+
+
+def _deepcopy(self, memo=None):
+    """A device-to-device copy on the array's own device (no host round trip)."""
+    if self.mask is not None:
+        return _rebuild(*_reduce_ex(self, 5)[1])
+    with self.device:
+        return _cai.to_device(self)
+
+
+DeviceNDArray.__reduce_ex__ = _reduce_ex
+DeviceNDArray.__deepcopy__ = _deepcopy
+DeviceNDArray.__copy__ = _deepcopy
+
+
+# Dask: serializers registered when distributed.protocol is imported, never importing it here.
+
+def _register_dask():
+    from . import _dask
+
+    _dask.register()
+
+
+class _DaskHook(importlib.abc.MetaPathFinder):
+    """Registers cai's serializers right after `distributed.protocol` is imported."""
+
+    _name = "distributed.protocol"
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self._name:
+            return None
+        # Find the real spec with the other finders, then run our registration after it loads.
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+
+        def exec_then_register(module):
+            exec_module(module)
+            _uninstall_hook()
+            _register_dask()
+
+        loader.exec_module = exec_then_register
+        return spec
+
+
+_hook = _DaskHook()
+
+
+def _uninstall_hook():
+    try:
+        sys.meta_path.remove(_hook)
+    except ValueError:
+        pass
+
+
+if _DaskHook._name in sys.modules:
+    _register_dask()
+else:
+    sys.meta_path.insert(0, _hook)
+
+
+def _return_references():
+    """Gives back the references to other processes' memory that this process holds, so that
+    their exporters can free it. Runs at exit, also in multiprocessing's children, which end
+    with os._exit (no atexit, no destructors) after running multiprocessing's finalizers."""
+    _cai._ipc_return_all()
+
+
+atexit.register(_return_references)
+if "multiprocessing" in sys.modules:  # a child of multiprocessing imports it first
+    from multiprocessing import util as _mp_util
+
+    _mp_util.Finalize(None, _return_references, exitpriority=0)
+
+
+@atexit.register
+def _warn_shared_at_exit():
+    in_use = _cai._ipc_exports_in_use()
+    if in_use:
+        warnings.warn(
+            f"cai: this process exits while {in_use} device allocation(s) it shared are still "
+            "open in other processes. On the simulator they stay valid there; with CUDA, "
+            "importers may lose access (keep the exporting process alive until they close).",
+            RuntimeWarning,
+            stacklevel=1,
+        )
+
+
+def _ipc_handle(*fields):
+    """Unpickles a cai.IpcHandle (a Python function: pickle refers to it by name)."""
+    return _cai._ipc_handle(*fields)

@@ -1,0 +1,189 @@
+#include "cai/arrays/devices.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "cai/arrays/ops.h"
+#include "cai/core/error.h"
+#include "cai/device/owned.h"
+
+namespace cai {
+
+namespace {
+
+bool several_devices() {
+  return device::backend().device_count() > 1;
+}
+
+// The device of a view in device memory (not pinned or managed), else -1.
+int device_memory_of(const View& v) {
+  if (v.ptr() == 0) return -1;
+  const device::PointerInfo info = device::backend().pointer_info(v.ptr());
+  return info.kind == device::MemoryKind::device ? info.device : -1;
+}
+
+bool is_default(device::StreamHandle s) {
+  return s == device::kLegacyDefaultStream || s == device::kPerThreadDefaultStream;
+}
+
+std::string stream_text(device::StreamHandle s) {
+  if (s == device::kLegacyDefaultStream) return "the legacy default stream";
+  if (s == device::kPerThreadDefaultStream) return "the per-thread default stream";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "stream 0x%llx", static_cast<unsigned long long>(s));
+  return buf;
+}
+
+// Makes `waiter` (on waiter_device) wait for the work queued so far on `producer` (on
+// producer_device); each default stream handle names its own device's stream.
+void wait_across(device::StreamHandle producer, int producer_device, device::StreamHandle waiter,
+                 int waiter_device) {
+  if (producer == waiter && producer_device == waiter_device) return;
+  auto& backend = device::backend();
+  std::optional<device::OwnedEvent> event;
+  {
+    const DeviceGuard on(producer_device);
+    event.emplace(false);
+    backend.event_record(event->handle(), producer);
+  }
+  const DeviceGuard on(waiter_device);
+  backend.stream_wait_event(waiter, event->handle());
+}
+
+}  // namespace
+
+std::string uuid_text(const std::array<std::uint8_t, 16>& uuid) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s;
+  for (std::size_t i = 0; i < uuid.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    s += digits[uuid[i] >> 4];
+    s += digits[uuid[i] & 15];
+  }
+  return s;
+}
+
+int device_of(const View& v) {
+  if (v.ptr() == 0) return -1;
+  const device::PointerInfo info = device::backend().pointer_info(v.ptr());
+  return info.kind == device::MemoryKind::unregistered ? -1 : info.device;
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  if (device < 0) return;
+  auto& backend = device::backend();
+  const int current = backend.current_device();
+  if (current == device) return;
+  backend.set_current_device(device);
+  previous_ = current;
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ < 0) return;
+  try {
+    device::backend().set_current_device(previous_);
+  } catch (...) {
+    // The device existed a moment ago; nothing sensible to do in a destructor.
+  }
+}
+
+OperationDevice::OperationDevice(const char* entry, std::initializer_list<NamedView> operands,
+                                 const sync::StreamRef& stream) {
+  if (!several_devices()) return;
+  int device = -1;
+  const char* first = nullptr;
+  for (const NamedView& op : operands) {
+    const int d = device_memory_of(*op.view);
+    if (d < 0) continue;
+    if (device < 0) {
+      device = d;
+      first = op.name;
+    } else if (d != device) {
+      throw_error(Errc::value_error,
+                  std::string(entry) + ": " + first + " is on device " + std::to_string(device) +
+                      " but " + op.name + " is on device " + std::to_string(d) +
+                      "; an operation runs on one device (move one array first with "
+                      "cai.ops.copy, which copies between devices)");
+    }
+  }
+  if (!is_default(stream.handle)) {
+    const int sd = device::backend().stream_device(stream.handle);
+    if (device < 0) {
+      device = sd;
+    } else if (sd != device) {
+      throw_error(Errc::value_error, std::string(entry) + ": " + stream_text(stream.handle) +
+                                         " belongs to device " + std::to_string(sd) + " but " +
+                                         first + " is on device " + std::to_string(device) +
+                                         "; pass a stream of device " + std::to_string(device) +
+                                         " (or 0 for its default stream)");
+    }
+  }
+  if (device >= 0) guard_.emplace(device);
+}
+
+bool copy_between_devices(const View& dst, const View& src, const sync::StreamRef& stream) {
+  constexpr const char* entry = "copy()";
+  if (dst.size() == 0 || !several_devices()) return false;
+  const int dd = device_memory_of(dst), sd = device_memory_of(src);
+  if (dd < 0 || sd < 0 || dd == sd) return false;
+  auto& backend = device::backend();
+  if (!is_default(stream.handle)) {
+    const int wd = backend.stream_device(stream.handle);
+    if (wd != dd) {
+      throw_error(Errc::value_error, std::string(entry) + ": " + stream_text(stream.handle) +
+                                         " belongs to device " + std::to_string(wd) +
+                                         " but a copy from device " + std::to_string(sd) +
+                                         " runs on the destination's device " + std::to_string(dd) +
+                                         "; pass a stream of device " + std::to_string(dd) +
+                                         " (or 0 for its default stream)");
+    }
+  }
+  const DeviceGuard on(dd);
+  const device::StreamHandle work = stream.handle;
+  // Before: the copy waits for the work queued on either array (each on its own device).
+  const auto src_stream = src.sync()->stream();
+  const auto dst_stream = dst.sync()->stream();
+  if (src_stream) wait_across(src_stream->handle, sd, work, dd);
+  if (dst_stream) wait_across(dst_stream->handle, dd, work, dd);
+
+  const Layout::Extent ext = src.layout().extent();
+  const auto bytes = static_cast<std::size_t>(ext.hi - ext.lo);
+  const std::uint64_t src_lo = src.ptr() + static_cast<std::uint64_t>(ext.lo);
+  const bool dense =
+      std::ranges::equal(dst.strides(), src.strides()) && ext.hi - ext.lo == src.layout().nbytes();
+  if (dense) {
+    // Same layout without gaps: the bytes move as they are.
+    backend.copy_peer_async(dst.ptr() + static_cast<std::uint64_t>(ext.lo), dd, src_lo, sd, bytes,
+                            work);
+  } else {
+    // The source's bytes come over whole, then land in dst's layout on dst's device.
+    const View staging_bytes = View::allocate(
+        DType::from_typestr("|u1"), std::array<std::int64_t, 1>{ext.hi - ext.lo}, false, stream);
+    backend.copy_peer_async(staging_bytes.ptr(), dd, src_lo, sd, bytes, work);
+    const View staged(staging_bytes.ptr() - static_cast<std::uint64_t>(ext.lo), src.dtype(),
+                      src.layout(), true, staging_bytes.sync(), staging_bytes.owner());
+    copy(dst, staged, stream);
+    // No stream-ordered free: wait before the staging buffer goes (as for overlapping copies).
+    backend.stream_synchronize(work);
+  }
+
+  // After: later work on either array waits for the copy.
+  const std::pair<const View*, int> sides[] = {{&src, sd}, {&dst, dd}};
+  for (const auto& [view, device] : sides) {
+    const auto s = view->sync()->stream();
+    if (!s) {
+      // Give it a stream of its own device, ordered after the copy.
+      const sync::StreamRef adopted =
+          device == dd ? stream : sync::StreamRef{device::kLegacyDefaultStream, nullptr};
+      wait_across(work, dd, adopted.handle, device);
+      view->sync()->set_stream(adopted);
+    } else {
+      wait_across(work, dd, s->handle, device);
+    }
+  }
+  return true;
+}
+
+}  // namespace cai

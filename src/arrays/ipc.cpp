@@ -1,0 +1,511 @@
+#include "cai/arrays/ipc.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "cai/arrays/devices.h"
+#include "cai/core/error.h"
+#include "device/shared_memory.h"
+
+namespace cai {
+
+namespace {
+
+using device::detail::ProcessId;
+using device::detail::SharedMapping;
+
+// The control segment of a process that shares memory: a header, one slot per export (its
+// reference count), then one byte per ticket (0: out, 1: opened or given back).
+constexpr std::uint64_t kControlMagic = 0x31304c5254434941;  // "AICTRL01"
+constexpr std::size_t kHeaderBytes = 4096;
+constexpr std::uint32_t kSlots = 65536;
+constexpr std::uint64_t kTickets = std::uint64_t{64} << 20;
+
+struct ControlHeader {
+  std::uint64_t magic;
+  std::atomic<std::uint64_t> next_ticket;
+};
+struct ControlSlot {
+  std::atomic<std::int64_t> refs;
+  std::atomic<std::uint64_t> generation;  ///< bumped when the slot is released
+};
+static_assert(std::atomic<std::int64_t>::is_always_lock_free, "shared between processes");
+static_assert(std::atomic<std::uint8_t>::is_always_lock_free, "shared between processes");
+constexpr std::size_t kControlBytes = kHeaderBytes + kSlots * sizeof(ControlSlot) + kTickets;
+
+ControlHeader& header_of(const SharedMapping& m) {
+  return *reinterpret_cast<ControlHeader*>(m.data());
+}
+ControlSlot& slot_of(const SharedMapping& m, std::uint32_t slot) {
+  return reinterpret_cast<ControlSlot*>(m.data() + kHeaderBytes)[slot];
+}
+std::atomic<std::uint8_t>& ticket_of(const SharedMapping& m, std::uint64_t ticket) {
+  return reinterpret_cast<std::atomic<std::uint8_t>*>(m.data() + kHeaderBytes +
+                                                      kSlots * sizeof(ControlSlot))[ticket];
+}
+
+// Memory of this process shared with others.
+struct ExportRecord {
+  std::uint64_t base = 0;
+  int device = 0;
+  std::shared_ptr<const void> keep;  ///< what keeps the memory alive
+  device::IpcMemoryHandle memory;
+  std::uint32_t slot = 0;
+  std::uint64_t generation = 0;
+  device::EventHandle event = 0;  ///< recorded at each export
+  device::IpcEventHandle event_handle;
+
+  ~ExportRecord() {
+    if (event == 0 || device::exiting()) return;
+    try {
+      device::backend().event_destroy(event);
+    } catch (...) {
+    }
+  }
+};
+
+// Memory of another process mapped here, shared by every array opened on it.
+struct ImportMapping {
+  std::uint64_t base = 0;
+  int device = 0;
+  IpcArrayHandle origin;  ///< the memory and lifetime fields, for forwarding
+  std::shared_ptr<SharedMapping> control;
+
+  ~ImportMapping() {
+    if (device::exiting()) return;
+    try {
+      const DeviceGuard on(device);
+      device::backend().ipc_close_memory(base);
+    } catch (...) {
+      // The mapping leaks; nothing else can be done in a destructor.
+    }
+  }
+};
+
+// One opened ticket: the reference it stands for is given back when the last View goes.
+struct Lease {
+  std::shared_ptr<const void> memory;  ///< an ImportMapping, or this process's ExportRecord
+  std::shared_ptr<SharedMapping> control;
+  std::uint32_t slot = 0;
+  std::atomic<bool> returned{false};
+
+  void give_back() noexcept {
+    if (!returned.exchange(true)) slot_of(*control, slot).refs.fetch_sub(1);
+  }
+  ~Lease() { give_back(); }
+};
+
+using OriginKey = std::tuple<std::int32_t, std::uint64_t, std::uint32_t, std::uint64_t>;
+using TicketKey = std::tuple<std::int32_t, std::uint64_t, std::uint64_t>;
+
+struct State {
+  std::mutex mu;
+  std::shared_ptr<SharedMapping> control;  ///< ours, made at the first export
+  std::vector<std::uint32_t> free_slots;
+  std::uint32_t next_slot = 0;
+  std::map<std::uint64_t, std::shared_ptr<ExportRecord>> exports;  ///< by allocation start
+  std::map<OriginKey, std::weak_ptr<ImportMapping>> imports;
+  std::map<std::uint64_t, std::weak_ptr<ImportMapping>> imports_by_base;
+  std::map<std::pair<std::int32_t, std::uint64_t>, std::weak_ptr<SharedMapping>> controls;
+  std::set<TicketKey> opened;                       ///< tickets opened in this process
+  std::vector<std::weak_ptr<Lease>> leases;         ///< for ipc_return_all
+  std::vector<std::array<std::uint8_t, 16>> uuids;  ///< by ordinal, read once
+};
+
+State& state() {
+  static auto* s = new State;  // leaked: exports may be released by late destructors
+  return *s;
+}
+
+bool is_self(std::int32_t pid, std::uint64_t start) {
+  return ProcessId{pid, start} == ProcessId::self();
+}
+
+const std::vector<std::array<std::uint8_t, 16>>& uuids_locked(State& st) {
+  if (st.uuids.empty()) {
+    auto& backend = device::backend();
+    for (int d = 0; d < backend.device_count(); ++d) st.uuids.push_back(backend.properties(d).uuid);
+  }
+  return st.uuids;
+}
+
+// Our control segment, made on first use.
+SharedMapping& own_control_locked(State& st) {
+  if (!st.control) {
+    st.control = SharedMapping::create(kControlBytes, "cai-ipc-references");
+    header_of(*st.control).magic = kControlMagic;
+  }
+  return *st.control;
+}
+
+// The control segment that holds h's reference count, mapped here.
+std::shared_ptr<SharedMapping> control_of(const IpcArrayHandle& h, const char* where) {
+  State& st = state();
+  std::lock_guard lock(st.mu);
+  if (is_self(h.owner_pid, h.owner_start)) {
+    own_control_locked(st);
+    return st.control;
+  }
+  const auto key = std::make_pair(h.owner_pid, h.owner_start);
+  if (auto m = st.controls[key].lock()) return m;
+  auto m = SharedMapping::open(ProcessId{h.owner_pid, h.owner_start}, h.control_fd, 0,
+                               kControlBytes, where);
+  if (header_of(*m).magic != kControlMagic) {
+    throw_error(Errc::value_error, std::string(where) + ": process " + std::to_string(h.owner_pid) +
+                                       " holds no cai reference counts at descriptor " +
+                                       std::to_string(h.control_fd) + "; the handle is corrupt");
+  }
+  st.controls[key] = m;
+  return m;
+}
+
+void require_slot(const IpcArrayHandle& h, const SharedMapping& control, const char* where) {
+  if (h.slot >= kSlots || slot_of(control, h.slot).generation.load() != h.generation) {
+    throw_error(Errc::value_error,
+                std::string(where) + ": the handle is stale: process " +
+                    std::to_string(h.owner_pid) +
+                    " released the memory it names (every reference came back before this one)");
+  }
+}
+
+// Exports that no one holds any more, taken out of the registry (destroyed by the caller,
+// outside the lock: releasing `keep` may call back into Python).
+std::vector<std::shared_ptr<ExportRecord>> take_unused_locked(State& st) {
+  std::vector<std::shared_ptr<ExportRecord>> done;
+  for (auto it = st.exports.begin(); it != st.exports.end();) {
+    ControlSlot& slot = slot_of(*st.control, it->second->slot);
+    if (it->second.use_count() == 1 && slot.refs.load() == 0) {
+      slot.generation.fetch_add(1);
+      st.free_slots.push_back(it->second->slot);
+      done.push_back(std::move(it->second));
+      it = st.exports.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return done;
+}
+
+std::string memory_kind_text(device::MemoryKind k) {
+  switch (k) {
+    case device::MemoryKind::pinned_host:
+      return "pinned host memory";
+    case device::MemoryKind::managed:
+      return "managed memory";
+    default:
+      return "memory cai does not know (pageable host memory or a foreign pointer)";
+  }
+}
+
+}  // namespace
+
+IpcArrayHandle ipc_export(const View& v) {
+  constexpr const char* where = "get_ipc_handle()";
+  auto& backend = device::backend();
+  IpcArrayHandle h;
+  h.boot_id = device::detail::boot_id();
+  h.backend = std::string(backend.name());
+  h.dtype = v.dtype();
+  h.shape = Dims(v.shape());
+  h.strides = Dims(v.strides());
+  h.readonly = v.readonly();
+  ipc_collect();
+  State& st = state();
+  if (v.ptr() == 0) {
+    // No memory to share: the importer makes an empty array.
+    h.device = backend.current_device();
+    std::lock_guard lock(st.mu);
+    h.device_uuid = uuids_locked(st)[static_cast<std::size_t>(h.device)];
+    return h;
+  }
+  const device::PointerInfo info = backend.pointer_info(v.ptr());
+  if (info.kind != device::MemoryKind::device) {
+    throw_error(Errc::value_error, std::string(where) +
+                                       ": only device memory can be shared with "
+                                       "another process; this array is in " +
+                                       memory_kind_text(info.kind));
+  }
+  h.has_memory = true;
+  h.device = info.device;
+  h.alloc_size = info.alloc_size;
+  h.offset = v.ptr() - info.alloc_base;
+  const auto stream = v.sync()->stream();
+  std::unique_lock lock(st.mu);
+  h.device_uuid = uuids_locked(st)[static_cast<std::size_t>(info.device)];
+  if (auto it = st.imports_by_base.find(info.alloc_base); it != st.imports_by_base.end()) {
+    if (auto mapping = it->second.lock()) {
+      // Opened from another process: forward its owner's handle and reference count.
+      const IpcArrayHandle& o = mapping->origin;
+      h.memory = o.memory;
+      h.owner_pid = o.owner_pid;
+      h.owner_start = o.owner_start;
+      h.control_fd = o.control_fd;
+      h.slot = o.slot;
+      h.generation = o.generation;
+      h.keep = v.owner();
+      lock.unlock();
+      if (stream) {
+        const DeviceGuard on(info.device);
+        backend.stream_synchronize(stream->handle);
+      }
+      return h;
+    }
+  }
+  std::shared_ptr<ExportRecord>& record = st.exports[info.alloc_base];
+  if (!record) {
+    auto r = std::make_shared<ExportRecord>();
+    try {
+      const DeviceGuard on(info.device);
+      r->memory = backend.ipc_export_memory(info.alloc_base);
+      SharedMapping& control = own_control_locked(st);
+      if (!st.free_slots.empty()) {
+        r->slot = st.free_slots.back();
+        st.free_slots.pop_back();
+      } else if (st.next_slot < kSlots) {
+        r->slot = st.next_slot++;
+      } else {
+        throw_error(Errc::value_error, std::string(where) + ": this process shares " +
+                                           std::to_string(kSlots) +
+                                           " allocations already; release some first");
+      }
+      r->generation = slot_of(control, r->slot).generation.load();
+    } catch (...) {
+      st.exports.erase(info.alloc_base);
+      throw;
+    }
+    r->base = info.alloc_base;
+    r->device = info.device;
+    r->keep = v.owner();
+    record = std::move(r);
+  }
+  if (stream) {
+    // Work queued before this call is seen by the importer's first use (no host wait).
+    const DeviceGuard on(info.device);
+    if (record->event == 0) {
+      record->event = backend.ipc_event_create();
+      record->event_handle = backend.ipc_export_event(record->event);
+    }
+    backend.event_record(record->event, stream->handle);
+    h.has_event = true;
+    h.event = record->event_handle;
+  }
+  h.memory = record->memory;
+  h.owner_pid = ProcessId::self().pid;
+  h.owner_start = ProcessId::self().start_time;
+  h.control_fd = st.control->fd();
+  h.slot = record->slot;
+  h.generation = record->generation;
+  h.keep = record;
+  return h;
+}
+
+IpcArrayHandle ipc_issue_ticket(const IpcArrayHandle& h) {
+  constexpr const char* where = "IpcHandle (sending)";
+  IpcArrayHandle out = h;
+  if (!h.has_memory) return out;
+  auto control = control_of(h, where);
+  require_slot(h, *control, where);
+  const std::uint64_t t = header_of(*control).next_ticket.fetch_add(1) + 1;
+  if (t >= kTickets) {
+    throw_error(Errc::value_error, std::string(where) + ": process " + std::to_string(h.owner_pid) +
+                                       " has issued " + std::to_string(kTickets) +
+                                       " IPC handles, the most it can");
+  }
+  slot_of(*control, h.slot).refs.fetch_add(1);
+  out.ticket = t;
+  ipc_collect();
+  return out;
+}
+
+View ipc_open(const IpcArrayHandle& h, const sync::StreamRef& stream) {
+  constexpr const char* where = "IpcHandle.open()";
+  auto& backend = device::backend();
+  if (h.boot_id != device::detail::boot_id()) {
+    throw_error(Errc::value_error, std::string(where) +
+                                       ": the handle was made on another machine or before this "
+                                       "machine restarted (boot id " +
+                                       h.boot_id + ", here " + device::detail::boot_id() +
+                                       "); memory is shared only between processes of one machine");
+  }
+  if (h.backend != backend.name()) {
+    throw_error(Errc::value_error, std::string(where) + ": the handle was made by the \"" +
+                                       h.backend + "\" backend, this process uses \"" +
+                                       std::string(backend.name()) + "\" (CAI_BACKEND)");
+  }
+  Layout layout(h.shape, h.strides, h.dtype.itemsize());
+  if (!h.has_memory) {
+    return View(0, h.dtype, std::move(layout), h.readonly,
+                std::make_shared<sync::SyncState>(stream), nullptr);
+  }
+  const Layout::Extent ext = layout.extent();
+  if (static_cast<std::int64_t>(h.offset) + ext.lo < 0 ||
+      h.offset + static_cast<std::uint64_t>(ext.hi) > h.alloc_size) {
+    throw_error(Errc::value_error,
+                std::string(where) + ": the array reaches outside its allocation of " +
+                    std::to_string(h.alloc_size) + " bytes; the handle is corrupt");
+  }
+  State& st = state();
+  // The device: the one with the exporter's uuid, whatever its number here.
+  int device = -1;
+  {
+    std::lock_guard lock(st.mu);
+    const auto& uuids = uuids_locked(st);
+    for (std::size_t d = 0; d < uuids.size(); ++d) {
+      if (uuids[d] == h.device_uuid) device = static_cast<int>(d);
+    }
+  }
+  if (device < 0) {
+    throw_error(Errc::value_error, std::string(where) + ": the memory is on device " +
+                                       uuid_text(h.device_uuid) + " (device " +
+                                       std::to_string(h.device) +
+                                       " of the exporter), which this process does not see "
+                                       "(CUDA_VISIBLE_DEVICES, CAI_SIM_DEVICES)");
+  }
+  if (stream.handle != device::kLegacyDefaultStream &&
+      stream.handle != device::kPerThreadDefaultStream && backend.device_count() > 1 &&
+      backend.stream_device(stream.handle) != device) {
+    throw_error(Errc::value_error, std::string(where) + ": the stream belongs to device " +
+                                       std::to_string(backend.stream_device(stream.handle)) +
+                                       " but the memory is on device " + std::to_string(device));
+  }
+  const DeviceGuard on(device);
+
+  auto control = control_of(h, where);
+  require_slot(h, *control, where);
+  auto lease = std::shared_ptr<Lease>();
+  std::shared_ptr<const void> memory;
+  std::uint64_t base = 0;
+  if (h.ticket != 0) {
+    const TicketKey key{h.owner_pid, h.owner_start, h.ticket};
+    std::lock_guard lock(st.mu);
+    if (st.opened.count(key) != 0) {
+      throw_error(Errc::value_error, std::string(where) +
+                                         ": this handle was opened in this process already; a "
+                                         "handle opens once (send another for another array)");
+    }
+    if (h.ticket >= kTickets || ticket_of(*control, h.ticket).exchange(1) != 0) {
+      throw_error(Errc::value_error, std::string(where) +
+                                         ": this handle was opened (or given back) already, by "
+                                         "another process; a handle opens once");
+    }
+    st.opened.insert(key);
+    lease = std::make_shared<Lease>();
+    lease->control = control;
+    lease->slot = h.slot;
+    std::erase_if(st.leases, [](const auto& l) { return l.expired(); });
+    st.leases.push_back(lease);
+  } else if (!is_self(h.owner_pid, h.owner_start)) {
+    throw_error(Errc::value_error, std::string(where) +
+                                       ": the handle carries no reference; only a handle "
+                                       "received from another process (pickled) can be opened");
+  }
+
+  if (is_self(h.owner_pid, h.owner_start)) {
+    // Our own memory came back: a view of the original allocation.
+    std::lock_guard lock(st.mu);
+    for (const auto& [b, record] : st.exports) {
+      if (record->slot == h.slot && record->generation == h.generation) {
+        base = b;
+        memory = record;
+      }
+    }
+    if (!memory) {
+      throw_error(Errc::value_error, std::string(where) +
+                                         ": the handle is stale: this process "
+                                         "released the memory it names");
+    }
+    if (h.has_event)
+      backend.stream_wait_event(stream.handle,
+                                static_cast<const ExportRecord*>(memory.get())->event);
+  } else {
+    const OriginKey key{h.owner_pid, h.owner_start, h.slot, h.generation};
+    std::shared_ptr<ImportMapping> mapping;
+    {
+      std::lock_guard lock(st.mu);
+      mapping = st.imports[key].lock();
+    }
+    if (!mapping) {
+      mapping = std::make_shared<ImportMapping>();
+      mapping->device = device;
+      mapping->control = control;
+      mapping->origin = h;
+      mapping->origin.keep = nullptr;
+      mapping->base = backend.ipc_open_memory(h.memory);
+      std::lock_guard lock(st.mu);
+      std::erase_if(st.imports, [](const auto& e) { return e.second.expired(); });
+      std::erase_if(st.imports_by_base, [](const auto& e) { return e.second.expired(); });
+      st.imports[key] = mapping;
+      st.imports_by_base[mapping->base] = mapping;
+    }
+    base = mapping->base;
+    memory = std::move(mapping);
+    if (h.has_event) {
+      // The exporter's queued work comes first, without blocking the host.
+      const device::EventHandle e = backend.ipc_open_event(h.event);
+      try {
+        backend.stream_wait_event(stream.handle, e);
+      } catch (...) {
+        backend.event_destroy(e);
+        throw;
+      }
+      backend.event_destroy(e);
+    }
+  }
+  std::shared_ptr<const void> owner = memory;
+  if (lease) {
+    lease->memory = std::move(memory);
+    owner = lease;
+  }
+  return View(base + h.offset, h.dtype, std::move(layout), h.readonly,
+              std::make_shared<sync::SyncState>(stream), std::move(owner));
+}
+
+void ipc_discard(const IpcArrayHandle& h) noexcept {
+  if (!h.has_memory || h.ticket == 0 || h.ticket >= kTickets) return;
+  try {
+    auto control = control_of(h, "IpcHandle (discard)");
+    if (ticket_of(*control, h.ticket).exchange(1) == 0) slot_of(*control, h.slot).refs.fetch_sub(1);
+  } catch (...) {
+    // The owner exited: nobody waits for this reference any more.
+  }
+}
+
+void ipc_return_all() noexcept {
+  State& st = state();
+  std::vector<std::shared_ptr<Lease>> live;
+  {
+    std::lock_guard lock(st.mu);
+    for (const auto& l : st.leases) {
+      if (auto p = l.lock()) live.push_back(std::move(p));
+    }
+  }
+  for (const auto& l : live) l->give_back();
+}
+
+std::size_t ipc_collect() {
+  State& st = state();
+  std::vector<std::shared_ptr<ExportRecord>> done;
+  {
+    std::lock_guard lock(st.mu);
+    if (!st.control) return 0;
+    done = take_unused_locked(st);
+  }
+  return done.size();  // released here, outside the lock
+}
+
+std::size_t ipc_exports_in_use() {
+  State& st = state();
+  std::lock_guard lock(st.mu);
+  if (!st.control) return 0;
+  return static_cast<std::size_t>(std::count_if(st.exports.begin(), st.exports.end(), [&](auto& e) {
+    return slot_of(*st.control, e.second->slot).refs.load() > 0;
+  }));
+}
+
+}  // namespace cai

@@ -1,0 +1,222 @@
+// The simulator across devices and processes (docs/scale-out.md): the shared device heap,
+// several devices with distinct memory, stream and event devices, peer copies, and IPC memory
+// and event handles between two real processes (fork; the child uses only its own simulator).
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "device/sim/shared_heap.h"
+#include "device/sim/sim_backend.h"
+#include "test_sim_util.h"
+
+namespace cai::device::detail {
+namespace {
+
+using test::addr;
+
+TEST(shared_heap_test, allocates_reuses_and_merges_blocks) {
+  SharedHeap heap(std::size_t{1} << 20);
+  const std::uint64_t a = heap.allocate(100), b = heap.allocate(5000), c = heap.allocate(1);
+  ASSERT_NE(a, 0u);
+  ASSERT_NE(b, 0u);
+  ASSERT_NE(c, 0u);
+  for (std::uint64_t p : {a, b, c}) {
+    EXPECT_EQ(p % SharedHeap::alignment, 0u);
+    EXPECT_TRUE(heap.contains(p));
+  }
+  std::memset(reinterpret_cast<void*>(b), 0x5a, 5000);
+  heap.release(b, 5000);
+  EXPECT_EQ(heap.allocate(4000), b);  // the best fit is the freed block
+  heap.release(a, 100);
+  heap.release(b, 4000);
+  heap.release(c, 1);
+  // Everything merged back into one block: the whole capacity is free again.
+  const std::uint64_t all = heap.allocate(std::size_t{1} << 20);
+  EXPECT_NE(all, 0u);
+  EXPECT_EQ(heap.allocate(1), 0u);  // full
+  heap.release(all, std::size_t{1} << 20);
+  EXPECT_EQ(heap.allocate((std::size_t{1} << 20) + 1), 0u);  // larger than the heap
+}
+
+class SimScaleTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<SimBackend> sim = make_sim_backend(2);
+
+  std::vector<int> download(std::uint64_t p, std::size_t n) {
+    std::vector<int> out(n);
+    sim->copy_async(addr(out.data()), p, n * sizeof(int), kLegacyDefaultStream);
+    sim->stream_synchronize(kLegacyDefaultStream);
+    return out;
+  }
+};
+
+TEST_F(SimScaleTest, devices_have_distinct_memory_streams_and_events) {
+  const std::uint64_t d0 = sim->alloc(MemoryKind::device, 64);
+  sim->set_current_device(1);
+  const std::uint64_t d1 = sim->alloc(MemoryKind::device, 64);
+  const StreamHandle s1 = sim->stream_create(true);
+  const EventHandle e1 = sim->event_create(false);
+  EXPECT_EQ(sim->pointer_info(d0).device, 0);
+  EXPECT_EQ(sim->pointer_info(d1).device, 1);
+  EXPECT_EQ(sim->stream_device(s1), 1);
+  EXPECT_EQ(sim->stream_device(kLegacyDefaultStream), 1);  // the current device's
+  EXPECT_NE(sim->properties(0).uuid, sim->properties(1).uuid);
+  sim->set_current_device(0);
+  EXPECT_EQ(sim->stream_device(kLegacyDefaultStream), 0);
+  const EventHandle e0 = sim->event_create(false);
+  EXPECT_CAI_ERROR(sim->event_record(e0, s1), Errc::device_error, "belongs to device 0 but stream");
+  sim->event_record(e1, s1);
+  sim->stream_wait_event(kLegacyDefaultStream, e1);  // waiting across devices is allowed
+  sim->synchronize();
+  sim->event_destroy(e0);
+  sim->event_destroy(e1);
+  sim->stream_destroy(s1);
+  sim->free(d0);
+  sim->free(d1);
+}
+
+TEST_F(SimScaleTest, peer_copy_checks_each_side_device) {
+  std::vector<int> host(16);
+  std::iota(host.begin(), host.end(), 0);
+  const std::uint64_t d0 = sim->alloc(MemoryKind::device, 64);
+  sim->copy_async(d0, addr(host.data()), 64, kLegacyDefaultStream);
+  sim->synchronize();  // device 0's legacy stream is not ordered with device 1's
+  sim->set_current_device(1);
+  const std::uint64_t d1 = sim->alloc(MemoryKind::device, 64);
+  sim->copy_peer_async(d1, 1, d0, 0, 64, kLegacyDefaultStream);
+  sim->synchronize();
+  EXPECT_EQ(download(d1, 16), host);
+  EXPECT_CAI_ERROR(sim->copy_peer_async(d1, 0, d0, 0, 64, kLegacyDefaultStream), Errc::device_error,
+                   "dst at");
+  EXPECT_CAI_ERROR(sim->copy_peer_async(d1, 1, d0, 1, 64, kLegacyDefaultStream), Errc::device_error,
+                   "is memory of device 0, not of device 1");
+  EXPECT_CAI_ERROR(sim->copy_peer_async(d1, 2, d0, 0, 64, kLegacyDefaultStream), Errc::value_error,
+                   "device 2 out of range");
+  sim->free(d0);
+  sim->free(d1);
+}
+
+TEST_F(SimScaleTest, ipc_handles_refuse_what_cannot_be_shared) {
+  const std::uint64_t pinned = sim->alloc(MemoryKind::pinned_host, 64);
+  EXPECT_CAI_ERROR(sim->ipc_export_memory(pinned), Errc::device_error, "not device memory");
+  const std::uint64_t d = sim->alloc(MemoryKind::device, 64);
+  EXPECT_CAI_ERROR(sim->ipc_export_memory(d + 8), Errc::device_error, "not the start");
+  // A handle of this process is refused by name (CUDA fails the same way).
+  EXPECT_CAI_ERROR(sim->ipc_open_memory(sim->ipc_export_memory(d)), Errc::device_error,
+                   "exported by this process");
+  IpcMemoryHandle garbage;
+  garbage.bytes.fill(7);
+  EXPECT_CAI_ERROR(sim->ipc_open_memory(garbage), Errc::device_error,
+                   "not a simulator memory handle");
+  EXPECT_CAI_ERROR(sim->ipc_close_memory(d), Errc::device_error, "not memory opened");
+  const EventHandle plain = sim->event_create(false);
+  EXPECT_CAI_ERROR(sim->ipc_export_event(plain), Errc::device_error, "ipc_event_create");
+  sim->event_destroy(plain);
+  sim->free(pinned);
+  sim->free(d);
+}
+
+// Runs `child` in a forked process with a simulator of its own. The child reports failures
+// through its exit code (gtest assertions do not cross a fork); wait_child returns it.
+template <class F>
+pid_t start_child(F child) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 99;
+    try {
+      code = child();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+    }
+    ::_exit(code);
+  }
+  return pid;
+}
+
+int wait_child(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+}
+
+TEST_F(SimScaleTest, another_process_maps_the_memory_and_waits_for_the_event) {
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer cannot start threads in the forked child of a threaded process; the
+  // Python tests cover IPC between spawned processes.
+  GTEST_SKIP() << "fork with threads under ThreadSanitizer";
+#endif
+  std::vector<int> host(256);
+  std::iota(host.begin(), host.end(), 0);
+  sim->set_current_device(1);
+  const std::uint64_t d = sim->alloc(MemoryKind::device, host.size() * sizeof(int));
+  sim->copy_async(d, addr(host.data()), host.size() * sizeof(int), kLegacyDefaultStream);
+  const StreamHandle s = sim->stream_create(true);
+  // The exporter's next write waits for a pipe: it is pending while the child looks.
+  int release[2];
+  ASSERT_EQ(::pipe(release), 0);
+  sim->synchronize();
+  sim->enqueue_task(
+      s, {},
+      [fd = release[0]] {
+        char c;
+        (void)::read(fd, &c, 1);
+      },
+      "gate");
+  sim->memset_async(d, 0x11, 16, s);
+  const EventHandle e = sim->ipc_event_create();
+  sim->event_record(e, s);
+  const IpcMemoryHandle mh = sim->ipc_export_memory(d);
+  const IpcEventHandle eh = sim->ipc_export_event(e);
+  int answer[2];
+  ASSERT_EQ(::pipe(answer), 0);
+
+  const pid_t child = start_child([&] {
+    auto mine = make_sim_backend(1);
+    const std::uint64_t p = mine->ipc_open_memory(mh);
+    if (p == d) return 1;  // another mapping, at another address in general
+    if (mine->pointer_info(p).kind != MemoryKind::device) return 2;
+    const EventHandle ev = mine->ipc_open_event(eh);
+    const StreamHandle cs = mine->stream_create(true);
+    mine->stream_wait_event(cs, ev);
+    std::vector<int> seen(4);
+    mine->copy_async(addr(seen.data()), p, 16, cs);
+    const bool waiting = !mine->stream_query(cs) && !mine->event_query(ev);
+    const char c = waiting ? 'w' : 'x';
+    if (::write(answer[1], &c, 1) != 1) return 3;
+    mine->stream_synchronize(cs);  // the parent releases its stream after the answer
+    if (!waiting) return 4;
+    for (int v : seen) {
+      if (v != 0x11111111) return 5;
+    }
+    mine->memset_async(p + 16, 0x22, 4, cs);  // a write the parent sees
+    mine->stream_synchronize(cs);
+    mine->event_destroy(ev);
+    mine->stream_destroy(cs);
+    mine->ipc_close_memory(p);
+    return 0;
+  });
+  // Only the child writes answers: a child that dies makes the read return 0, not hang.
+  ::close(answer[1]);
+  char c = 0;
+  const ssize_t got = ::read(answer[0], &c, 1);  // the child's stream waits for ours
+  ASSERT_EQ(::write(release[1], "g", 1), 1);
+  ::close(answer[0]);
+  ::close(release[1]);
+  EXPECT_EQ(wait_child(child), 0);
+  ASSERT_EQ(got, 1);
+  EXPECT_EQ(c, 'w');
+  sim->synchronize();  // the gate has read its byte
+  ::close(release[0]);
+  EXPECT_EQ(download(d, 5)[4], 0x22222222);
+  sim->event_destroy(e);
+  sim->stream_destroy(s);
+  sim->free(d);
+}
+
+}  // namespace
+}  // namespace cai::device::detail

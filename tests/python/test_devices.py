@@ -1,0 +1,258 @@
+"""Several devices in one process (docs/scale-out.md), on two simulated devices with distinct
+memory: cai.Device, allocation on the current device, the device of arrays, streams and
+events, peer copies, operations that refuse to mix devices, imports of another device's
+pointer, IPC between processes on device 1.
+
+The suite's process has one simulated device (the simulator reads CAI_SIM_DEVICES once), so
+this file runs itself in a fresh pytest with CAI_SIM_DEVICES=2: the single test that the main
+run collects, test_with_two_simulated_devices, fails with that run's report if any case fails.
+"""
+
+import os
+import pickle
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import cai
+from helpers import DictProducer
+from scale_helpers import TIMEOUT, Child, importer
+
+TWO = cai.device_count() >= 2
+
+
+def two_devices(fn):
+    """A case of the two-device run (defined only there)."""
+    return fn if TWO else None
+
+
+if not TWO:
+    def test_with_two_simulated_devices():
+        r = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+            capture_output=True, text=True, timeout=10 * TIMEOUT,
+            env=os.environ | {"CAI_BACKEND": "sim", "CAI_SIM_DEVICES": "2"},
+            cwd=os.path.dirname(__file__))
+        assert r.returncode == 0, r.stdout[-8000:] + r.stderr[-2000:]
+        assert " passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-2000:]
+
+
+@two_devices
+def test_devices_and_the_current_device():
+    assert cai.device_count() == 2
+    assert cai.current_device() == cai.Device(0) == cai.Device()
+    d1 = cai.Device(1)
+    assert d1.id == 1 and int(d1) == 1 and d1 != cai.Device(0)
+    assert len({cai.Device(0), cai.Device(0), d1}) == 2
+    assert repr(d1) == "<cai.Device 1 (simulator)>"
+    assert d1.uuid != cai.Device(0).uuid and d1.name
+    assert pickle.loads(pickle.dumps(d1)) == d1
+    assert cai.Device(cai.Device(1)) == d1
+
+
+@two_devices
+@pytest.mark.parametrize("bad, error, text", [
+    (2, ValueError, "device 2 out of range; the simulator has 2 devices (CAI_SIM_DEVICES=2)"),
+    (-1, ValueError, "device -1 out of range"),
+    (2**70, ValueError, "out of range"),
+    (True, TypeError, "got bool"),
+    ("0", TypeError, "got str"),
+])
+def test_bad_device_numbers(bad, error, text):
+    with pytest.raises(error) as e:
+        cai.Device(bad)
+    assert text in str(e.value)
+
+
+@two_devices
+def test_with_device_restores_the_previous_one_even_on_errors():
+    with cai.Device(1) as d:
+        assert cai.current_device() == d == cai.Device(1)
+        with cai.Device(0):
+            assert cai.current_device() == cai.Device(0)
+            with cai.Device(0):               # the same device again nests too
+                pass
+            assert cai.current_device() == cai.Device(0)
+        assert cai.current_device() == cai.Device(1)
+        with pytest.raises(KeyError):
+            with cai.Device(0):
+                raise KeyError
+        assert cai.current_device() == cai.Device(1)
+    assert cai.current_device() == cai.Device(0)
+
+
+@two_devices
+def test_the_current_device_is_per_thread():
+    inside, leave = threading.Event(), threading.Event()
+    seen = []
+
+    def other():
+        with cai.Device(1):
+            seen.append(cai.current_device().id)
+            inside.set()
+            leave.wait(TIMEOUT)
+        seen.append(cai.current_device().id)
+
+    t = threading.Thread(target=other)
+    t.start()
+    assert inside.wait(TIMEOUT)
+    assert cai.current_device() == cai.Device(0)   # this thread is not affected
+    leave.set()
+    t.join(TIMEOUT)
+    assert seen == [1, 0]
+
+
+@two_devices
+def test_arrays_and_streams_are_made_on_the_current_device():
+    a0 = cai.device_array(8)
+    with cai.Device(1):
+        a1 = cai.device_array(8)
+        s1 = cai.stream()
+        z1 = cai.device_array(0)
+        assert cai.default_stream().device == cai.Device(1)
+    assert a0.device == cai.Device(0) and a1.device == cai.Device(1)
+    assert a0.__dlpack_device__() == (2, 0) and a1.__dlpack_device__() == (2, 1)
+    assert s1.device == cai.Device(1) and cai.stream().device == cai.Device(0)
+    assert z1.size == 0
+    # Distinct memory: the two devices' allocations do not come from one pool.
+    assert abs(a1.ptr - a0.ptr) >= 2**30
+
+
+@two_devices
+def test_events_belong_to_a_device():
+    e0 = cai.event()
+    with cai.Device(1):
+        s1 = cai.stream()
+        e1 = cai.event()
+        e1.record(s1)
+    with pytest.raises(cai.DeviceError, match="belongs to device 0 but stream .* to device 1"):
+        e0.record(s1)
+    e1.wait(cai.stream())                     # a stream may wait on another device's event
+    e1.synchronize()
+
+
+@two_devices
+@pytest.mark.parametrize("src_index, dst_index", [
+    (np.s_[:], np.s_[:]),                     # dense: one peer copy
+    (np.s_[::2], np.s_[:8]),                  # strided source
+    (np.s_[:7:-1], np.s_[::2]),               # reversed into strided
+], ids=["dense", "strided", "reversed"])
+def test_copy_between_devices(src_index, dst_index):
+    host = np.arange(16, dtype=np.float64)
+    a0 = cai.to_device(host)
+    with cai.Device(1):
+        b1 = cai.to_device(np.zeros(16))
+    cai.ops.copy(b1[dst_index], a0[src_index])
+    expected = np.zeros(16)
+    expected[dst_index] = host[src_index]
+    np.testing.assert_array_equal(b1.copy_to_host(), expected)
+    assert b1.device == cai.Device(1)
+    # And back, from a 2-d transposed view.
+    with cai.Device(1):
+        t1 = cai.to_device(np.arange(6.0).reshape(2, 3))
+    out = cai.device_array((3, 2))
+    cai.ops.copy(out, t1.T)
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(6.0).reshape(2, 3).T)
+
+
+@two_devices
+def test_copy_between_devices_is_ordered_both_ways(streams):
+    a, _ = streams                            # a stream of device 0
+    src = cai.device_array(256, dtype=np.int32, stream=a)
+    cai.ops.fill(src, 0, stream=a)
+    with cai.Device(1):
+        dst = cai.device_array(256, dtype=np.int32)
+    cai.sim.delay(a, 0.05)                    # the write below is still queued at the copy
+    cai.ops.fill(src, 7, stream=a)
+    cai.ops.copy(dst, src)                    # on device 1's default stream
+    cai.ops.fill(src, 1, stream=a)            # must not overtake the copy's read (race detector)
+    np.testing.assert_array_equal(dst.copy_to_host(), np.full(256, 7))
+    np.testing.assert_array_equal(src.copy_to_host(), np.full(256, 1))
+
+
+@two_devices
+def test_operations_refuse_to_mix_devices():
+    a0 = cai.to_device(np.ones(4))
+    out0 = cai.device_array(4)
+    with cai.Device(1):
+        b1 = cai.to_device(np.ones(4))
+        s1 = cai.stream()
+    with pytest.raises(ValueError, match="a is on device 0 but b is on device 1"):
+        cai.ops.add(a0, b1, out0)
+    with pytest.raises(ValueError, match="a is on device 1 but out is on device 0"):
+        cai.ops.add(b1, b1, out0)
+    with pytest.raises(ValueError, match="belongs to device 1 but dst is on device 0"):
+        cai.ops.fill(a0, 2, stream=s1)
+    with pytest.raises(ValueError, match="runs on the destination's device 0"):
+        cai.ops.copy(out0, b1, stream=s1)
+    np.testing.assert_array_equal(out0.copy_to_host().size, 4)
+
+
+@two_devices
+def test_operations_run_on_their_arrays_device():
+    with cai.Device(1):
+        b1 = cai.to_device(np.arange(4.0))    # its stream: the default stream of device 1
+    cai.ops.fill(b1, 2)                       # device 0 current: the op switches to 1
+    cai.ops.add(b1, b1, b1)
+    b1[1:3] = 5.0
+    np.testing.assert_array_equal(b1.copy_to_host(), [4, 5, 5, 4])
+    b1.synchronize()
+    assert cai.current_device() == cai.Device(0)
+
+
+@two_devices
+def test_importing_a_pointer_of_another_device():
+    with cai.Device(1):
+        b1 = cai.to_device(np.arange(5, dtype=np.int16))
+    desc = dict(b1.__cuda_array_interface__)
+    desc["stream"] = None
+    imported = cai.as_cuda_array(DictProducer(desc, keep=b1))   # device 0 is current
+    assert imported.device == cai.Device(1)
+    assert imported.__dlpack_device__() == (2, 1)
+    cai.ops.fill(imported, 3)
+    np.testing.assert_array_equal(b1.copy_to_host(), np.full(5, 3))
+    via_dlpack = cai.from_dlpack(b1)
+    assert via_dlpack.device == cai.Device(1)
+
+
+@two_devices
+def test_deepcopy_stays_on_the_device_and_pickling_lands_on_the_current_one():
+    import copy
+
+    with cai.Device(1):
+        b1 = cai.to_device(np.arange(3.0))
+    assert copy.deepcopy(b1).device == cai.Device(1)
+    assert pickle.loads(pickle.dumps(b1)).device == cai.Device(0)
+    np.testing.assert_array_equal(copy.deepcopy(b1[::-1]).copy_to_host(), [2, 1, 0])
+
+
+@two_devices
+def test_device_synchronize():
+    with cai.Device(1):
+        s1 = cai.stream()
+        arr = cai.device_array(4, stream=s1)
+        cai.sim.delay(s1, 0.02)
+        cai.ops.fill(arr, 1, stream=s1)
+    cai.Device(1).synchronize()
+    assert s1.query()
+
+
+@two_devices
+def test_ipc_on_device_1():
+    with cai.Device(1):
+        b1 = cai.to_device(np.arange(4.0))
+    h = b1.get_ipc_handle()
+    assert h.device == 1
+    with Child(importer) as c:
+        c.send("open", h, "x")
+        assert c.recv() == ("opened", (4,), "<f8", 1)
+        c.send("values", "x")
+        np.testing.assert_array_equal(c.recv()[1], np.arange(4.0))
+        c.send("fill", "x", 8)
+        c.recv()
+        c.send("exit")
+        c.recv()
+    np.testing.assert_array_equal(b1.copy_to_host(), np.full(4, 8.0))

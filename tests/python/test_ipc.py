@@ -1,0 +1,219 @@
+"""IPC between real processes on the simulator (docs/scale-out.md): get_ipc_handle() in one
+process, open() in another, on the same memory; ordering through an interprocess event
+without host waits; a reference count shared between processes; clear errors for bad handles.
+
+The simulator's device memory is a shared-memory segment that the importer maps at another
+address, so everything here runs across two real processes (children started with "spawn").
+"""
+
+import gc
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import cai
+from scale_helpers import Child, exporter, importer, importer_child, values_of
+
+
+@pytest.fixture
+def child():
+    with importer_child() as c:
+        yield c
+
+
+def test_open_in_another_process_shares_memory(child):
+    a = cai.to_device(np.arange(12, dtype=np.float32).reshape(3, 4))
+    h = a.get_ipc_handle()
+    assert isinstance(h, cai.IpcHandle)
+    assert (h.shape, h.dtype, h.offset, h.exporter_pid) == ((3, 4), np.float32, 0, os.getpid())
+    child.send("open", h, "a")
+    assert child.recv() == ("opened", (3, 4), "<f4", 0)
+    np.testing.assert_array_equal(values_of(child, "a"), np.arange(12).reshape(3, 4))
+    # The importer writes; the exporter sees it (same memory, not a copy).
+    child.send("fill", "a", 5)
+    assert child.recv() == ("filled",)
+    np.testing.assert_array_equal(a.copy_to_host(), np.full((3, 4), 5, np.float32))
+
+
+@pytest.mark.parametrize("index", [
+    (slice(3, 7),),
+    (slice(None, None, 2),),
+    (slice(None, None, -1),),
+    "T",
+    (slice(1, 3), slice(None, None, -2)),
+], ids=["offset", "stride", "reversed", "transposed", "2d-view"])
+def test_views_carry_offset_and_strides(child, index):
+    base = np.arange(40, dtype=np.int32).reshape(5, 8) if index == "T" or len(index) == 2 \
+        else np.arange(40, dtype=np.int32)
+    a = cai.to_device(base)
+    view = a.T if index == "T" else a[index]
+    expected = base.T if index == "T" else base[index]
+    h = view.get_ipc_handle()
+    assert h.offset == view.ptr - a.ptr
+    assert h.strides == view.strides
+    child.send("open", h, "v")
+    assert child.recv()[1] == expected.shape
+    np.testing.assert_array_equal(values_of(child, "v"), expected)
+
+
+def test_exporter_work_is_ordered_before_the_importer_without_host_waits(child):
+    # Nothing may be freed while the gate holds a stream: a free waits for all queued work
+    # (as cudaFree does), so release earlier tests' memory first.
+    gc.collect()
+    cai.ipc_collect()
+    s = cai.stream(non_blocking=True)
+    a = cai.to_device(np.zeros(64, np.int64), stream=s)
+    s.synchronize()
+    with cai.sim.hold(s):                     # the exporter's next write stays pending
+        cai.ops.fill(a, 7, stream=s)
+        h = a.get_ipc_handle()                # returns at once: the fill is still queued
+        assert not s.query()
+        child.send("open", h, "a")
+        child.recv()
+        child.send("queue_copy", "a")          # the importer's first use, on its own stream
+        assert child.recv() == ("queued", False)  # waits on the exporter's event
+    child.send("finish_copy", "a")
+    tag, values = child.recv()
+    np.testing.assert_array_equal(values, np.full(64, 7))
+
+
+def test_memory_outlives_the_exporters_last_reference(child):
+    a = cai.to_device(np.arange(1000, dtype=np.float64))
+    payload = pickle.dumps(a[10:20].get_ipc_handle())
+    del a                                     # the exporter's last reference goes first
+    gc.collect()
+    assert cai.ipc_collect() == 0             # a reference is out (the pickled handle)
+    child.send("open", pickle.loads(payload), "a")
+    child.recv()
+    np.testing.assert_array_equal(values_of(child, "a"), np.arange(10, 20))
+    assert cai._cai._ipc_exports_in_use() == 1
+    assert cai.ipc_collect() == 0             # held open by the importer
+    child.send("drop", "a")
+    child.recv()
+    assert cai._cai._ipc_exports_in_use() == 0
+    assert cai.ipc_collect() == 1             # every reference came back: freed now
+
+
+def test_a_handle_dropped_unopened_gives_its_reference_back(child):
+    a = cai.to_device(np.arange(8))
+    h = a.get_ipc_handle()
+    child.send("ignore", h)                   # received, never opened, dropped
+    assert child.recv() == ("ignored",)
+    assert cai._cai._ipc_exports_in_use() == 0
+    received = pickle.loads(pickle.dumps(h))  # the same in this process
+    assert cai._cai._ipc_exports_in_use() == 1
+    del received
+    assert cai._cai._ipc_exports_in_use() == 0
+    del h, a
+    gc.collect()
+    assert cai.ipc_collect() == 1
+
+
+def test_with_block_opens_and_closes():
+    a = cai.to_device(np.arange(6))
+    h = a.get_ipc_handle()
+    with h as same:                           # in the exporter: a view of the same memory
+        cai.ops.fill(same, 3)
+        assert h.is_open
+    assert not h.is_open
+    np.testing.assert_array_equal(same.copy_to_host(), np.full(6, 3))  # safe after close
+    np.testing.assert_array_equal(a.copy_to_host(), np.full(6, 3))
+
+
+def test_zero_size_array(child):
+    a = cai.device_array((0, 3), dtype=np.float32)
+    child.send("open", a.get_ipc_handle(), "z")
+    assert child.recv() == ("opened", (0, 3), "<f4", 0)
+
+
+def test_bad_handles_fail_clearly(child):
+    a = cai.to_device(np.arange(4))
+    h = a.get_ipc_handle()
+    reduced = h.__reduce__()
+
+    def forged(**changes):
+        fields = list(reduced[1])
+        names = {"version": 0, "boot_id": 1, "backend": 2, "ticket": 20}
+        for k, v in changes.items():
+            fields[names[k]] = v
+        return reduced[0](*fields)
+
+    child.send("open_error", forged(boot_id="00000000-0000-0000-0000-000000000000"))
+    tag, kind, msg = child.recv()
+    assert kind == "ValueError" and "another machine" in msg
+    child.send("open_error", forged(backend="cuda"))
+    tag, kind, msg = child.recv()
+    assert kind == "ValueError" and '"cuda" backend' in msg
+    with pytest.raises(ValueError, match="another version of cai"):
+        forged(version=99)
+    forged()  # gives back the reference that __reduce__ took
+
+    # Opened twice in one process: the same pickled bytes loaded twice. (Sending a handle
+    # object pickles it anew: a new reference. Bytes are sent as they are.)
+    payload = pickle.dumps(h)
+    child.send("open", payload, "first")
+    child.recv()
+    child.send("open_error", payload)
+    tag, kind, msg = child.recv()
+    assert kind == "ValueError" and "opened in this process already" in msg
+
+    # The same pickled bytes opened by another process.
+    with Child(importer) as other:
+        other.send("open_error", payload)
+        tag, kind, msg = other.recv()
+        assert kind == "ValueError" and "by another process" in msg
+        other.send("exit")
+        other.recv()
+
+    # One handle object: open twice, and open after close.
+    mine = pickle.loads(pickle.dumps(h))
+    mine.open()
+    with pytest.raises(ValueError, match="open already"):
+        mine.open()
+    mine.close()
+    with pytest.raises(ValueError, match="closed"):
+        mine.open()
+
+
+def test_only_device_memory_can_be_shared():
+    host = np.arange(4.0)
+    desc = dict(host.__array_interface__)
+    desc["version"] = 3
+    desc["strides"] = None
+    foreign = cai.from_cuda_array_interface(desc, owner=host)
+    with pytest.raises(ValueError, match="only device memory"):
+        foreign.get_ipc_handle()
+
+
+def test_exporter_death():
+    """Memory opened before the exporter died keeps working; a handle not yet opened fails
+    clearly; work the exporter left pending is reported as an error, never a hang."""
+    with Child(exporter, [1.0, 2.0, 3.0], False) as exp, Child(importer) as imp:
+        _, h1, h2 = exp.recv()
+        imp.send("open", h1, "a")
+        imp.recv()
+        exp.send("exit", True)                # os._exit: no cleanup at all
+        exp.join()
+        np.testing.assert_array_equal(values_of(imp, "a"), [1.0, 2.0, 3.0])
+        imp.send("fill", "a", 9)              # still writable
+        assert imp.recv() == ("filled",)
+        np.testing.assert_array_equal(values_of(imp, "a"), [9, 9, 9])
+        imp.send("open_error", h2)
+        tag, kind, msg = imp.recv()
+        assert kind == "DeviceError" and "has exited" in msg
+        imp.send("exit")
+        imp.recv()
+
+    with Child(exporter, [1.0, 2.0], True) as exp, Child(importer) as imp:
+        _, h1, h2 = exp.recv()
+        imp.send("open", h2, "b")             # its last write is held in the exporter
+        imp.recv()
+        exp.send("exit", True)                # dies with that write never done
+        exp.join()
+        imp.send("sync_error", "b")
+        tag, kind, msg = imp.recv()
+        assert kind == "DeviceError" and "exited before the event completed" in msg
+        imp.send("exit")
+        imp.recv()
