@@ -406,6 +406,8 @@ void bind_array(nb::module_& m) {
            "otherwise, as NumPy.")
       .def("__array__", exit_safe(&array_protocol), nb::arg("dtype").none() = nb::none(),
            nb::arg("copy").none() = nb::none(),
+           nb::sig("def __array__(self, dtype: numpy.typing.DTypeLike | None = None, copy: bool "
+                   "| None = None) -> numpy.typing.NDArray[Any]"),
            "NumPy's protocol: a host copy (np.asarray(a) is a.copy_to_host()); copy=False is a "
            "ValueError, since a device array cannot be viewed from the host.")
       .def("is_c_contiguous", [](const PyArray& a) { return a.view.layout().is_c_contiguous(); })

@@ -9,7 +9,8 @@
 ^cai\._cai\.__prefix__$:
     import numpy
     import numpy.typing
-    \from typing import Any
+    \from collections.abc import Sequence
+    \from typing import Any, Literal, SupportsIndex
 
     __version__: str
 
@@ -96,7 +97,7 @@
     __dlpack_c_exchange_api__: object
 
 ^cai\._cai\.device_array$:
-    def device_array(shape: int | tuple[int, ...] | list[int], dtype: numpy.typing.DTypeLike = float, strides: tuple[int, ...] | list[int] | None = None, order: str = 'C', stream: object | None = 0) -> DeviceNDArray:
+    def device_array(shape: SupportsIndex | Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]], dtype: numpy.typing.DTypeLike = float, strides: Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]] | None = None, order: Literal['C', 'F'] = 'C', stream: object | None = 0) -> DeviceNDArray:
         \doc
 
 ^cai\._cai\.device_array_like$:

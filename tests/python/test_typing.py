@@ -38,6 +38,8 @@ m: cai.DeviceNDArray = a.reshape(3, 4).T
 shape: tuple[int, ...] = m.shape
 host: npt.NDArray[np.float32] = double(m, s).copy_to_host()
 pieces: list[cai.DeviceNDArray] = list(a.split(5))
+sizes = [cai.device_array(np.int64(3)), cai.device_array(range(2, 4), strides=[24, 8]),
+         cai.device_array(np.array([2, 2]), np.int16, order="F")]
 first: float = float(a[0])
 imported = cai.as_cuda_array(a, sync=True)
 desc: dict[str, object] = imported.__cuda_array_interface__
@@ -54,7 +56,7 @@ except ValueError as e:
     message: str = str(e)
 except cai.DeviceError:
     pass
-print(shape, host.shape, len(pieces), first, desc["shape"], lines, strides, stream_or_none)
+print(shape, host.shape, len(pieces), first, desc["shape"], lines, strides, stream_or_none, len(sizes))
 '''
 
 BAD = '''
