@@ -2,7 +2,10 @@
 of README.md and docs/*.md, files added later included, is classified by its info string and
 checked accordingly:
 
-  python        run as written, in a fresh interpreter, on the simulator (CAI_BACKEND=sim)
+  python        run as written, in a fresh interpreter, on the simulator with two simulated
+                devices (CAI_BACKEND=sim CAI_SIM_DEVICES=2); it must exit with status 0 and
+                print no traceback (a child process's included). A block whose first line
+                is `# run: mpiexec -n 2` runs under .venv's mpiexec with two ranks
   python gpu    needs a GPU (and the libraries it imports): compiled only, never run here
   sh run        run with bash -e from the repository root, on the simulator
   sh            shown, not run (builds, long benchmarks, GPU machines)
@@ -25,6 +28,7 @@ import extensions
 ROOT = extensions.ROOT
 KINDS = {"python", "python gpu", "sh run", "sh", "c", "cpp", "cuda", "cmake", "text", ""}
 FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
+MPI_LINE = "# run: mpiexec -n 2\n"
 
 
 def doc_files():
@@ -55,7 +59,7 @@ def all_blocks(kinds):
 
 
 def run_env():
-    env = dict(os.environ, CAI_BACKEND="sim")
+    env = dict(os.environ, CAI_BACKEND="sim", CAI_SIM_DEVICES="2")
     env["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     return env
 
@@ -70,9 +74,13 @@ def test_every_block_has_a_known_kind():
 def test_python_blocks_run_on_the_simulator(code, tmp_path):
     script = tmp_path / "block.py"
     script.write_text(code)
-    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=run_env(),
+    command = [sys.executable, str(script)]
+    if code.startswith(MPI_LINE):
+        command = [str(pathlib.Path(sys.executable).parent / "mpiexec"), "-n", "2", *command]
+    r = subprocess.run(command, cwd=tmp_path, env=run_env(),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"{code}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
+    assert "Traceback" not in r.stderr, f"{code}\n--- stderr\n{r.stderr}"
 
 
 @pytest.mark.parametrize("code", list(all_blocks({"python gpu"})))
