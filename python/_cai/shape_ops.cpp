@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cai/arrays/devices.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/error.h"
 #include "convert.h"
@@ -147,6 +148,9 @@ nb::object copy_array(PyArray& self, nb::handle order, nb::handle stream) {
   const View& v = self.view;
   const bool fortran = fortran_order(order, v, "copy()");
   const auto s = stream_arg(stream, "copy()", stream_of(v));
+  // The new array lives on the source's device, as copy.copy(a) (docs/scale-out.md); a
+  // stream of another device is a ValueError naming both.
+  const OperationDevice on("copy()", {{"the array", &v}}, s);
   View data =
       v.mask() ? View(v.ptr(), v.dtype(), v.layout(), v.readonly(), v.sync(), v.owner()) : v;
   View out;

@@ -78,11 +78,9 @@ def _reduce_ex(self: DeviceNDArray,
 
 
 def _deepcopy(self: DeviceNDArray, memo: object = None) -> DeviceNDArray:
-    """A device-to-device copy on the array's own device (no host round trip)."""
-    if self.mask is not None:
-        return _rebuild(*_reduce_ex(self, 5)[1])
-    with self.device:
-        return _cai.to_device(self)
+    """A device-to-device copy on the array's own device (no host round trip), its layout
+    order kept: DeviceNDArray.copy (docs/array-methods.md), which copies the mask too."""
+    return self.copy(order="A")
 
 
 # Assigned with setattr: the stubs of the extension type do not declare these slots.
