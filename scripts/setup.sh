@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
 # Creates .venv/ at the repository root, installs the pinned Python dependencies and builds
-# and installs the `cai` package (C++ core + nanobind extension) into it.
+# and installs the `cai` package (C++ core + nanobind extension) into it. Prints each step as
+# it starts and how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
+SETUP_START=$SECONDS
+
+# step "what" command...: runs one step between a start line and a timing line.
+step() {
+  local what=$1 start=$SECONDS
+  shift
+  echo "setup: $what ..."
+  "$@"
+  echo "setup: $what: done in $((SECONDS - start)) s"
+}
+
 if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
+  step "creating .venv/ with $("$PYTHON" --version 2>&1)" "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+step "upgrading pip" "${PIP[@]}" --upgrade pip
+step "installing the pinned requirements (requirements.txt)" "${PIP[@]}" -r requirements.txt
 # No build isolation: the pinned nanobind and scikit-build-core from requirements.txt build it,
 # and build/python/ is kept between runs so that rebuilds are incremental.
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation .
+step "building and installing cai (C++ core + extension, incremental in build/python/)" \
+  "${PIP[@]}" --no-build-isolation .
+echo "setup: ready in $((SECONDS - SETUP_START)) s: .venv/bin/python -m cai info"

@@ -9,6 +9,7 @@
 #include "cai/arrays/ops.h"
 #include "cai/core/dlpack.h"
 #include "cai/core/error.h"
+#include "shape_ops.h"
 
 namespace cai::python {
 
@@ -44,14 +45,14 @@ IndexItem index_item(nb::handle o) {
                                     type_name_of(o));
 }
 
-View index_view(const View& v, nb::handle key) {
+std::vector<IndexItem> index_items(nb::handle key) {
   std::vector<IndexItem> items;
   if (PyTuple_Check(key.ptr())) {
     for (nb::handle k : key) items.push_back(index_item(k));
   } else {
     items.push_back(index_item(key));
   }
-  return v.index(items);
+  return items;
 }
 
 sync::StreamRef array_stream(const View& v) {
@@ -340,7 +341,7 @@ static bool truth(PyArray& self) {
 }
 
 static void setitem(PyArray& self, nb::handle key, nb::handle value) {
-  View dst = index_view(self.view, key);
+  View dst = self.view.index(index_items(key));
   dst.require_writable("__setitem__()", "the array");
   const auto stream = array_stream(dst);
   if (is_device_value(value)) {
@@ -405,6 +406,8 @@ void bind_array(nb::module_& m) {
            "otherwise, as NumPy.")
       .def("__array__", exit_safe(&array_protocol), nb::arg("dtype").none() = nb::none(),
            nb::arg("copy").none() = nb::none(),
+           nb::sig("def __array__(self, dtype: numpy.typing.DTypeLike | None = None, copy: bool "
+                   "| None = None) -> numpy.typing.NDArray[Any]"),
            "NumPy's protocol: a host copy (np.asarray(a) is a.copy_to_host()); copy=False is a "
            "ValueError, since a device array cannot be viewed from the host.")
       .def("is_c_contiguous", [](const PyArray& a) { return a.view.layout().is_c_contiguous(); })
@@ -425,7 +428,9 @@ void bind_array(nb::module_& m) {
            nb::arg("obj"), nb::arg("stream").none() = 0,
            "Copies a host array (anything NumPy reads) or a device array into this array.")
       .def("__getitem__", exit_safe([](PyArray& self, nb::handle key) {
-             return wrap(index_view(self.view, key), self.np_dtype);
+             const std::vector<IndexItem> items = index_items(key);
+             if (auto element = host_element(self, items)) return *element;
+             return wrap(self.view.index(items), self.np_dtype);
            }),
            nb::arg("key").none())
       .def("__setitem__", exit_safe(&setitem), nb::arg("key").none(), nb::arg("value").none())
@@ -437,8 +442,6 @@ void bind_array(nb::module_& m) {
           nb::arg("axis"), nb::arg("start"), nb::arg("stop"),
           "View of [start, stop) along one axis with the tile-array rules "
           "(0 <= start < N, start <= stop <= N).")
-      .def("transpose", [](PyArray& self) { return wrap(self.view.transpose(), self.np_dtype); })
-      .def_prop_ro("T", [](PyArray& self) { return wrap(self.view.transpose(), self.np_dtype); })
       .def("__repr__", [](PyArray& self) {
         return "<cai.DeviceNDArray shape=" + format_dims(self.view.shape()) +
                " dtype=" + std::string(nb::str(array_dtype(self)).c_str()) +

@@ -84,9 +84,9 @@ struct SimGate {
   ~SimGate() { release(); }  // a dropped gate never holds a stream forever
 };
 
-nb::object array_device(const PyArray& a) {
+PyDevice array_device(const PyArray& a) {
   const int d = device_of(a.view);
-  return nb::cast(PyDevice{d >= 0 ? d : backend().current_device()});
+  return PyDevice{d >= 0 ? d : backend().current_device()};
 }
 
 }  // namespace
@@ -109,30 +109,36 @@ void bind_devices(nb::module_& m) {
           "Names the physical device in every process, whatever its number there.")
       .def_prop_ro("total_memory",
                    [](const PyDevice& d) { return backend().properties(d.id).total_memory; })
-      .def_prop_ro("compute_capability",
-                   [](const PyDevice& d) {
-                     const auto p = backend().properties(d.id);
-                     return nb::make_tuple(p.compute_major, p.compute_minor);
-                   })
-      .def("__enter__",
-           [](nb::handle self) {
-             const int id = nb::cast<PyDevice&>(self).id;
-             const int previous = backend().current_device();
-             backend().set_current_device(id);
-             t_previous_devices.push_back(previous);
-             return nb::borrow(self);
-           })
-      .def("__exit__",
-           [](const PyDevice&, nb::args) {
-             if (t_previous_devices.empty()) {
-               throw_error(Errc::value_error,
-                           "cai.Device.__exit__(): no `with cai.Device(...)` block is open on "
-                           "this thread");
-             }
-             const int previous = t_previous_devices.back();
-             t_previous_devices.pop_back();
-             backend().set_current_device(previous);
-           })
+      .def_prop_ro(
+          "compute_capability",
+          [](const PyDevice& d) {
+            const auto p = backend().properties(d.id);
+            return nb::make_tuple(p.compute_major, p.compute_minor);
+          },
+          nb::sig("def compute_capability(self) -> tuple[int, int]"))
+      .def(
+          "__enter__",
+          [](nb::handle self) {
+            const int id = nb::cast<PyDevice&>(self).id;
+            const int previous = backend().current_device();
+            backend().set_current_device(id);
+            t_previous_devices.push_back(previous);
+            return nb::borrow(self);
+          },
+          nb::sig("def __enter__(self) -> Device"))
+      .def(
+          "__exit__",
+          [](const PyDevice&, nb::args) {
+            if (t_previous_devices.empty()) {
+              throw_error(Errc::value_error,
+                          "cai.Device.__exit__(): no `with cai.Device(...)` block is open on "
+                          "this thread");
+            }
+            const int previous = t_previous_devices.back();
+            t_previous_devices.pop_back();
+            backend().set_current_device(previous);
+          },
+          nb::sig("def __exit__(self, *args: object) -> None"))
       .def(
           "synchronize",
           [](const PyDevice& d) {
@@ -149,10 +155,12 @@ void bind_devices(nb::module_& m) {
       .def("__hash__", [](const PyDevice& d) { return std::hash<int>{}(d.id); })
       .def("__int__", [](const PyDevice& d) { return d.id; })
       .def("__index__", [](const PyDevice& d) { return d.id; })
-      .def("__reduce__",
-           [](nb::handle self) {
-             return nb::make_tuple(self.type(), nb::make_tuple(nb::cast<PyDevice&>(self).id));
-           })
+      .def(
+          "__reduce__",
+          [](nb::handle self) {
+            return nb::make_tuple(self.type(), nb::make_tuple(nb::cast<PyDevice&>(self).id));
+          },
+          nb::sig("def __reduce__(self) -> tuple[type[Device], tuple[int]]"))
       .def("__repr__", [](const PyDevice& d) {
         return "<cai.Device " + std::to_string(d.id) + " (" + std::string(backend().name()) + ")>";
       });
@@ -192,8 +200,12 @@ void bind_devices(nb::module_& m) {
   nb::module_ sim = nb::borrow<nb::module_>(m.attr("sim"));
   nb::class_<SimGate>(sim, "Gate", "Holds a simulator stream until released (see sim.hold).")
       .def("release", &SimGate::release, "Lets the stream go on.")
-      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__exit__", [](const SimGate& g, nb::args) { g.release(); });
+      .def(
+          "__enter__", [](nb::handle self) { return nb::borrow(self); },
+          nb::sig("def __enter__(self) -> Gate"))
+      .def(
+          "__exit__", [](const SimGate& g, nb::args) { g.release(); },
+          nb::sig("def __exit__(self, *args: object) -> None"));
   sim.def(
       "hold",
       [](nb::handle stream) {

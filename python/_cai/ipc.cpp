@@ -152,17 +152,28 @@ void bind_ipc(nb::module_& m) {
       "handle as arr:`. Each pickled copy opens once; the memory stays valid while any "
       "process holds it open, and the exporter's queued work comes first.");
   cls.def("open", &open_handle, nb::arg("stream").none() = 0,
+          nb::sig("def open(self, stream: object | None = 0) -> DeviceNDArray"),
           "A DeviceNDArray on the shared memory (no copy), on `stream` (0: the default stream), "
           "which waits for the work the exporter queued before get_ipc_handle(); the host "
           "does not wait.")
       .def("close", &close_handle,
            "Done with the handle: the memory is unmapped when the arrays opened from it are gone "
            "too (using such an array after close() is safe).")
-      .def("__enter__", [](PyIpcHandle& self) { return open_handle(self, nb::int_(0)); })
-      .def("__exit__", [](PyIpcHandle& self, nb::args) { close_handle(self); })
-      .def_prop_ro("shape", [](const PyIpcHandle& h) { return to_tuple(h.handle.shape); })
-      .def_prop_ro("strides", [](const PyIpcHandle& h) { return to_tuple(h.handle.strides); })
-      .def_prop_ro("dtype", [](const PyIpcHandle& h) { return h.np_dtype; })
+      .def(
+          "__enter__", [](PyIpcHandle& self) { return open_handle(self, nb::int_(0)); },
+          nb::sig("def __enter__(self) -> DeviceNDArray"))
+      .def(
+          "__exit__", [](PyIpcHandle& self, nb::args) { close_handle(self); },
+          nb::sig("def __exit__(self, *args: object) -> None"))
+      .def_prop_ro(
+          "shape", [](const PyIpcHandle& h) { return to_tuple(h.handle.shape); },
+          nb::sig("def shape(self) -> tuple[int, ...]"))
+      .def_prop_ro(
+          "strides", [](const PyIpcHandle& h) { return to_tuple(h.handle.strides); },
+          nb::sig("def strides(self) -> tuple[int, ...]"))
+      .def_prop_ro(
+          "dtype", [](const PyIpcHandle& h) { return h.np_dtype; },
+          nb::sig("def dtype(self) -> numpy.dtype[Any]"))
       .def_prop_ro("readonly", [](const PyIpcHandle& h) { return h.handle.readonly; })
       .def_prop_ro(
           "device", [](const PyIpcHandle& h) { return h.handle.device; },
@@ -175,11 +186,13 @@ void bind_ipc(nb::module_& m) {
           "The process that owns the memory.")
       .def_prop_ro("is_open",
                    [](const PyIpcHandle& h) { return h.state == PyIpcHandle::State::open; })
-      .def("__reduce__",
-           [](nb::handle self) {
-             return nb::make_tuple(nb::module_::import_("cai._scaleout").attr("_ipc_handle"),
-                                   pickle_fields(nb::cast<PyIpcHandle&>(self)));
-           })
+      .def(
+          "__reduce__",
+          [](nb::handle self) {
+            return nb::make_tuple(nb::module_::import_("cai._scaleout").attr("_ipc_handle"),
+                                  pickle_fields(nb::cast<PyIpcHandle&>(self)));
+          },
+          nb::sig("def __reduce__(self) -> tuple[object, tuple[object, ...]]"))
       .def("__repr__", [](const PyIpcHandle& h) {
         std::string state = h.state == PyIpcHandle::State::open     ? "open"
                             : h.state == PyIpcHandle::State::closed ? "closed"
@@ -188,7 +201,8 @@ void bind_ipc(nb::module_& m) {
                " dtype=" + std::string(nb::str(h.np_dtype).c_str()) + " from process " +
                std::to_string(h.handle.owner_pid) + ", " + state + ">";
       });
-  m.def("_ipc_handle", &handle_from_fields, "Rebuilds a pickled cai.IpcHandle.");
+  m.def("_ipc_handle", &handle_from_fields, nb::sig("def _ipc_handle(*args: object) -> IpcHandle"),
+        "Rebuilds a pickled cai.IpcHandle.");
 
   nb::handle array = nb::type<PyArray>();
   array.attr("get_ipc_handle") = nb::cpp_function(

@@ -11,6 +11,8 @@
 
 #include "cai/version.h"
 #include "common.h"
+#include "info.h"
+#include "shape_ops.h"
 
 #define CAI_STR2(x) #x
 #define CAI_STR(x) CAI_STR2(x)
@@ -68,9 +70,11 @@ NB_MODULE(_cai, m) {
   bind_core(m);
   bind_device(m);
   bind_array(m);
+  bind_shape_ops(m);
   bind_ops(m);
   bind_dlpack(m);
   bind_capi(m);
+  bind_info(m);
   bind_devices(m);
   bind_ipc(m);
   m.def(

@@ -6,6 +6,7 @@ Tile-style global array: Array (DLPack or CAI in, both out, element strides, sli
 Streams and events: stream, default_stream, legacy_default_stream, per_thread_default_stream,
 external_stream, event, synchronize.
 Operations: cai.ops.copy, cai.ops.fill, cai.ops.add. Switches: cai.config. Simulator: cai.sim.
+What runs here: show_config(). The stream waits cai enqueues: trace_waits().
 Devices and processes: Device, device_count, current_device, IpcHandle, ipc_collect,
 cai.multiprocessing (docs/scale-out.md).
 """
@@ -45,15 +46,18 @@ import atexit as _atexit
 _atexit.register(_set_exiting)
 del _atexit
 from . import config
+from ._info import show_config
 from ._tile import Array
+from ._trace import WaitTrace, trace_waits
 from . import _scaleout  # pickling, Dask serializers (lazily), IPC exit warning
 
-from ._cai import __version__
+from ._cai import __version__ as __version__
 
 __all__ = [
     "DeviceError", "DeviceNDArray", "Event", "RaceError", "Stream", "as_cuda_array", "backend",
     "config", "cuda_available", "default_stream", "device_array", "device_array_like", "event",
     "external_stream", "from_cuda_array_interface", "from_dlpack", "Array", "is_cuda_array", "legacy_default_stream",
-    "ops", "per_thread_default_stream", "sim", "stream", "synchronize", "to_device",
+    "ops", "per_thread_default_stream", "show_config", "sim", "stream", "synchronize",
+    "to_device", "trace_waits", "WaitTrace",
     "Device", "current_device", "device_count", "IpcHandle", "ipc_collect",
 ]

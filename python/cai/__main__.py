@@ -1,21 +1,25 @@
 """python -m cai: the package's command line.
 
   python -m cai demo           the producer/consumer examples of the CAI v3 document
+  python -m cai info           backend, devices, CUDA driver and toolkit, libraries found
   python -m cai --version      the version
   python -m cai --cmake-dir    the directory for find_package(cai) (-Dcai_DIR=...)
   python -m cai --include-dir  the directory of the C++ headers
 """
 
+from __future__ import annotations
+
 import argparse
+import os
 import pathlib
 import sys
 
 
-def _package_dir():
+def _package_dir() -> pathlib.Path:
     return pathlib.Path(__file__).resolve().parent
 
 
-def _installed_dir(name):
+def _installed_dir(name: str) -> pathlib.Path:
     path = _package_dir() / name
     if not path.is_dir():
         print(f"python -m cai: {path} is missing; this cai was not installed with its C++ "
@@ -24,13 +28,20 @@ def _installed_dir(name):
     return path
 
 
-def _demo(args):
+def _demo(args: argparse.Namespace) -> int:
     from ._demo import run
 
     return run()
 
 
-def parser():
+def _info(args: argparse.Namespace) -> int:
+    from ._info import show_config
+
+    show_config(as_json=args.json)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m cai",
         description="cai: the CUDA Array Interface and DLPack, zero-copy and stream-correct.")
@@ -46,10 +57,18 @@ def parser():
         description="Runs the two examples of the CUDA Array Interface v3 document on the best "
                     "available backend (CUDA, else the CPU simulator).")
     demo.set_defaults(run=_demo)
+    info = commands.add_parser(
+        "info", help="show the backend, devices, CUDA driver and toolkit, and libraries found",
+        description="Prints what cai runs on here (as cai.show_config() does): the backend and "
+                    "why it was chosen, the devices, the CUDA driver and the CUDA headers cai "
+                    "was built with, the simulator's state, cai's switches, and the versions of "
+                    "NumPy, CuPy, PyTorch, JAX and Numba installed.")
+    info.add_argument("--json", action="store_true", help="write it as JSON")
+    info.set_defaults(run=_info)
     return p
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if args.version:
@@ -66,8 +85,13 @@ def main(argv=None):
     if getattr(args, "run", None) is None:
         p.print_help(sys.stderr)
         return 2
-    return args.run(args)
+    result: int = args.run(args)
+    return result
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `python -m cai info | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

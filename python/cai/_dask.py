@@ -7,9 +7,11 @@ Imported by cai only once `distributed.protocol` is imported. Two families:
 Without these, distributed would pickle arrays (which also works: a host copy).
 """
 
+from typing import Any, Callable, Literal
+
 import numpy as np
-from distributed.protocol import dask_deserialize, dask_serialize
 from distributed.protocol.cuda import cuda_deserialize, cuda_serialize
+from distributed.protocol.serialize import dask_deserialize, dask_serialize
 
 from . import _cai
 from ._cai import DeviceNDArray
@@ -17,16 +19,19 @@ from ._scaleout import _host_copy
 
 _registered = False
 
+Header = dict[str, Any]
 
-def _dtype_header(dtype):
+
+def _dtype_header(dtype: "np.dtype[Any]") -> Any:
     return np.lib.format.dtype_to_descr(dtype)
 
 
-def _dtype_from_header(descr):
-    return np.lib.format.descr_to_dtype(descr)
+def _dtype_from_header(descr: Any) -> "np.dtype[Any]":
+    dtype: np.dtype[Any] = np.lib.format.descr_to_dtype(descr)
+    return dtype
 
 
-def _serialize_host(x):
+def _serialize_host(x: DeviceNDArray) -> tuple[Header, list[memoryview]]:
     host = _host_copy(x)
     fortran = host.ndim > 1 and not host.flags.c_contiguous
     header = {
@@ -38,10 +43,10 @@ def _serialize_host(x):
     return header, [frame]
 
 
-def _deserialize_host(header, frames):
+def _deserialize_host(header: Header, frames: list[Any]) -> DeviceNDArray:
     dtype = _dtype_from_header(header["dtype"])
     shape = tuple(header["shape"])
-    order = "F" if header["fortran"] else "C"
+    order: Literal["C", "F"] = "F" if header["fortran"] else "C"
     if dtype.itemsize == 0 or 0 in shape:
         return _cai.device_array(shape, dtype, order=order)
     flat = np.frombuffer(frames[0], dtype=dtype)
@@ -49,7 +54,7 @@ def _deserialize_host(header, frames):
     return _cai.to_device(host)
 
 
-def _serialize_device(x):
+def _serialize_device(x: DeviceNDArray) -> tuple[Header, list[DeviceNDArray]]:
     if not (x.is_c_contiguous() or x.is_f_contiguous()):
         x = _cai.to_device(x)  # a dense device copy
     header = {
@@ -74,11 +79,11 @@ def _serialize_device(x):
     return header, [frame]
 
 
-def _lowest_offset(x):
+def _lowest_offset(x: DeviceNDArray) -> int:
     return sum(s * (n - 1) for s, n in zip(x.strides, x.shape) if s < 0 and n > 0)
 
 
-def _deserialize_device(header, frames):
+def _deserialize_device(header: Header, frames: list[Any]) -> DeviceNDArray:
     dtype = _dtype_from_header(header["dtype"])
     shape = tuple(header["shape"])
     strides = tuple(header["strides"])
@@ -99,13 +104,18 @@ def _deserialize_device(header, frames):
     return _cai.from_cuda_array_interface(desc, owner=frame)
 
 
-def register():
+def register() -> None:
     """Registers the serializers (once)."""
     global _registered
     if _registered:
         return
-    dask_serialize.register(DeviceNDArray)(_serialize_host)
-    dask_deserialize.register(DeviceNDArray)(_deserialize_host)
-    cuda_serialize.register(DeviceNDArray)(_serialize_device)
-    cuda_deserialize.register(DeviceNDArray)(_deserialize_device)
+    # dask's Dispatch objects are not annotated: typed as Any here.
+    serializers: list[tuple[Any, Callable[..., Any]]] = [
+        (dask_serialize, _serialize_host),
+        (dask_deserialize, _deserialize_host),
+        (cuda_serialize, _serialize_device),
+        (cuda_deserialize, _deserialize_device),
+    ]
+    for dispatch, func in serializers:
+        dispatch.register(DeviceNDArray, func)
     _registered = True

@@ -10,15 +10,26 @@ cai.multiprocessing makes multiprocessing send arrays as IPC handles instead (no
 
 import atexit
 import importlib.abc
+import importlib.machinery
 import pickle
 import sys
+import types
 import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import _cai
 from ._cai import DeviceNDArray
 
+if TYPE_CHECKING:  # NumPy is imported on first use, never at `import cai`
+    import numpy
 
-def _host_copy(arr):
+    # The bytes: a PickleBuffer or bytes when pickled; unpickled, any object with the buffer
+    # protocol (bytes, bytearray, or what the out-of-band buffers held).
+    _HostState = tuple[Any, tuple[int, ...], numpy.dtype[Any], bool]
+
+
+def _host_copy(arr: DeviceNDArray) -> "numpy.ndarray[Any, Any]":
     """The values of `arr` in a NumPy array, Fortran-ordered when `arr` is (a transposed
     copy costs nothing more), else C-ordered."""
     if arr.ndim > 1 and arr.is_f_contiguous() and not arr.is_c_contiguous():
@@ -26,17 +37,18 @@ def _host_copy(arr):
     return arr.copy_to_host()
 
 
-def _host_state(arr, protocol):
+def _host_state(arr: DeviceNDArray, protocol: int) -> "_HostState":
     """What a pickle carries: the bytes (out of band with protocol 5), shape, dtype, order.
     The dtype travels on its own: NumPy's own array pickling drops a big-endian byte order."""
     host = _host_copy(arr)
     fortran = host.ndim > 1 and not host.flags.c_contiguous
     dense = host.T if fortran else host       # C-contiguous either way
-    data = pickle.PickleBuffer(dense) if protocol >= 5 else dense.tobytes()
+    data = pickle.PickleBuffer(dense.data) if protocol >= 5 else dense.tobytes()
     return data, arr.shape, arr.dtype, fortran
 
 
-def _host_array(data, shape, dtype, fortran):
+def _host_array(data: Any, shape: Sequence[int],
+                dtype: "numpy.dtype[Any]", fortran: bool) -> "numpy.ndarray[Any, Any]":
     import numpy as np  # not at `import cai`: threads making their first call import it
 
     if dtype.itemsize == 0 or 0 in shape:
@@ -45,7 +57,9 @@ def _host_array(data, shape, dtype, fortran):
     return flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape)
 
 
-def _rebuild(data, shape, dtype, fortran, mask=None):
+def _rebuild(data: Any, shape: Sequence[int],
+             dtype: "numpy.dtype[Any]", fortran: bool,
+             mask: "_HostState | None" = None) -> DeviceNDArray:
     """Unpickles a DeviceNDArray: a new array on the current device."""
     arr = _cai.to_device(_host_array(data, shape, dtype, fortran))
     if mask is None:
@@ -56,28 +70,28 @@ def _rebuild(data, shape, dtype, fortran, mask=None):
     return _cai.from_cuda_array_interface(desc, owner=(arr, mask_arr))
 
 
-def _reduce_ex(self, protocol):
+def _reduce_ex(self: DeviceNDArray,
+               protocol: int) -> tuple[Callable[..., DeviceNDArray], tuple[Any, ...]]:
     state = _host_state(self, protocol)
     mask = self.mask
     return (_rebuild, state if mask is None else state + (_host_state(mask, protocol),))
 
 
-def _deepcopy(self, memo=None):
-    """A device-to-device copy on the array's own device (no host round trip)."""
-    if self.mask is not None:
-        return _rebuild(*_reduce_ex(self, 5)[1])
-    with self.device:
-        return _cai.to_device(self)
+def _deepcopy(self: DeviceNDArray, memo: object = None) -> DeviceNDArray:
+    """A device-to-device copy on the array's own device (no host round trip), its layout
+    order kept: DeviceNDArray.copy (docs/array-methods.md), which copies the mask too."""
+    return self.copy(order="A")
 
 
-DeviceNDArray.__reduce_ex__ = _reduce_ex
-DeviceNDArray.__deepcopy__ = _deepcopy
-DeviceNDArray.__copy__ = _deepcopy
+# Assigned with setattr: the stubs of the extension type do not declare these slots.
+setattr(DeviceNDArray, "__reduce_ex__", _reduce_ex)
+setattr(DeviceNDArray, "__deepcopy__", _deepcopy)
+setattr(DeviceNDArray, "__copy__", _deepcopy)
 
 
 # Dask: serializers registered when distributed.protocol is imported, never importing it here.
 
-def _register_dask():
+def _register_dask() -> None:
     from . import _dask
 
     _dask.register()
@@ -88,7 +102,8 @@ class _DaskHook(importlib.abc.MetaPathFinder):
 
     _name = "distributed.protocol"
 
-    def find_spec(self, fullname, path, target=None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != self._name:
             return None
         # Find the real spec with the other finders, then run our registration after it loads.
@@ -105,19 +120,19 @@ class _DaskHook(importlib.abc.MetaPathFinder):
             return spec
         exec_module = loader.exec_module
 
-        def exec_then_register(module):
+        def exec_then_register(module: types.ModuleType) -> None:
             exec_module(module)
             _uninstall_hook()
             _register_dask()
 
-        loader.exec_module = exec_then_register
+        setattr(loader, "exec_module", exec_then_register)
         return spec
 
 
 _hook = _DaskHook()
 
 
-def _uninstall_hook():
+def _uninstall_hook() -> None:
     try:
         sys.meta_path.remove(_hook)
     except ValueError:
@@ -130,7 +145,7 @@ else:
     sys.meta_path.insert(0, _hook)
 
 
-def _return_references():
+def _return_references() -> None:
     """Gives back the references to other processes' memory that this process holds, so that
     their exporters can free it. Runs at exit, also in multiprocessing's children, which end
     with os._exit (no atexit, no destructors) after running multiprocessing's finalizers."""
@@ -145,7 +160,7 @@ if "multiprocessing" in sys.modules:  # a child of multiprocessing imports it fi
 
 
 @atexit.register
-def _warn_shared_at_exit():
+def _warn_shared_at_exit() -> None:
     in_use = _cai._ipc_exports_in_use()
     if in_use:
         warnings.warn(
@@ -157,6 +172,6 @@ def _warn_shared_at_exit():
         )
 
 
-def _ipc_handle(*fields):
+def _ipc_handle(*fields: object) -> _cai.IpcHandle:
     """Unpickles a cai.IpcHandle (a Python function: pickle refers to it by name)."""
     return _cai._ipc_handle(*fields)

@@ -1,6 +1,13 @@
 """cai.Array: the tile-style global array (docs/dlpack.md) over any DLPack or CAI object."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from . import _cai
+
+if TYPE_CHECKING:
+    import numpy
 
 
 class Array:
@@ -9,8 +16,10 @@ class Array:
     protocols, so slices can be handed on to any consumer."""
 
     __slots__ = ("_data", "_strides")
+    _data: _cai.DeviceNDArray
+    _strides: tuple[int, ...]
 
-    def __init__(self, obj):
+    def __init__(self, obj: object) -> None:
         if isinstance(obj, Array):
             self._data = obj._data
         elif isinstance(obj, _cai.DeviceNDArray):
@@ -22,14 +31,14 @@ class Array:
         self._strides = Array._element_strides(self._data)
 
     @classmethod
-    def _wrap(cls, data):
+    def _wrap(cls, data: _cai.DeviceNDArray) -> Array:
         a = cls.__new__(cls)
         a._data = data
         a._strides = Array._element_strides(data)
         return a
 
     @staticmethod
-    def _element_strides(data):
+    def _element_strides(data: _cai.DeviceNDArray) -> tuple[int, ...]:
         # The typed-view rule, shared with C++ (docs/cpp-typed-view.md).
         try:
             return _cai._element_strides(data)
@@ -37,37 +46,39 @@ class Array:
             raise ValueError(f"Array: {e}; a global array's strides count elements") from None
 
     @property
-    def dtype(self):
+    def dtype(self) -> numpy.dtype[Any]:
         return self._data.dtype
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         return self._data.shape
 
     @property
-    def strides(self):
+    def strides(self) -> tuple[int, ...]:
         """Strides in elements, not bytes."""
         return self._strides
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         return self._data.ndim
 
-    def slice(self, axis, start, stop):
+    def slice(self, axis: int, start: int, stop: int) -> Array:
         """A view of [start, stop) along `axis` (negative counts from the last); requires
         0 <= start < N and start <= stop <= N. Shares memory."""
         return Array._wrap(self._data.slice(axis, start, stop))
 
     @property
-    def __cuda_array_interface__(self):
+    def __cuda_array_interface__(self) -> dict[str, Any]:
         return self._data.__cuda_array_interface__
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(self, *, stream: object | None = None,
+                   max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> object:
         return self._data.__dlpack__(stream=stream, max_version=max_version,
                                      dl_device=dl_device, copy=copy)
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> tuple[int, int]:
         return self._data.__dlpack_device__()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"cai.Array(shape={self.shape}, dtype={self.dtype}, strides={self.strides})"

@@ -19,8 +19,12 @@ import types
 
 from . import _cai
 
+# What type checkers see; at run time the properties of _Config below serve these names.
+CUDA_ARRAY_INTERFACE_SYNC: bool
+EXPORT_STREAM: bool
 
-def _env_flag(name, default):
+
+def _env_flag(name: str, default: bool) -> bool:
     value = os.environ.get(name)
     if value is None or value == "":
         return default
@@ -31,7 +35,7 @@ def _env_flag(name, default):
     raise ValueError(f"{name}={value!r}: expected 0 or 1")
 
 
-def _bool_setting(name, value):
+def _bool_setting(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"cai.config.{name}: expected True or False, got {type(value).__name__} "
                         f"{value!r} (the environment variable CAI_{name} is the place for "
@@ -42,19 +46,19 @@ def _bool_setting(name, value):
 class _Config(types.ModuleType):
     # The flags live in the extension so that the hot paths read a C++ bool, not a module dict.
     @property
-    def CUDA_ARRAY_INTERFACE_SYNC(self):
+    def CUDA_ARRAY_INTERFACE_SYNC(self) -> bool:
         return _cai._get_import_sync()
 
     @CUDA_ARRAY_INTERFACE_SYNC.setter
-    def CUDA_ARRAY_INTERFACE_SYNC(self, value):
+    def CUDA_ARRAY_INTERFACE_SYNC(self, value: bool) -> None:
         _cai._set_import_sync(_bool_setting("CUDA_ARRAY_INTERFACE_SYNC", value))
 
     @property
-    def EXPORT_STREAM(self):
+    def EXPORT_STREAM(self) -> bool:
         return _cai._get_export_stream()
 
     @EXPORT_STREAM.setter
-    def EXPORT_STREAM(self, value):
+    def EXPORT_STREAM(self, value: bool) -> None:
         _cai._set_export_stream(_bool_setting("EXPORT_STREAM", value))
 
 

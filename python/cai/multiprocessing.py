@@ -12,18 +12,22 @@ import multiprocessing as _mp
 from multiprocessing import *  # noqa: F401,F403  (the same API, as torch.multiprocessing)
 from multiprocessing.reduction import ForkingPickler as _ForkingPickler
 
+from typing import Callable
+
 from ._cai import DeviceNDArray as _DeviceNDArray
+from ._cai import IpcHandle as _IpcHandle
 
 __all__ = list(getattr(_mp, "__all__", []))
 
 
-def _open_shared(handle):
+def _open_shared(handle: _IpcHandle) -> _DeviceNDArray:
     arr = handle.open()
     handle.close()  # the array alone keeps the mapping now
     return arr
 
 
-def _reduce_shared(arr):
+def _reduce_shared(
+        arr: _DeviceNDArray) -> tuple[Callable[[_IpcHandle], _DeviceNDArray], tuple[_IpcHandle]]:
     return (_open_shared, (arr.get_ipc_handle(),))
 
 

@@ -1,5 +1,6 @@
 #include "cai/arrays/view.h"
 
+#include <algorithm>
 #include <string>
 
 #include "cai/core/error.h"
@@ -58,6 +59,40 @@ View View::transpose() const {
   View v = *this;
   v.layout_ = layout_.transpose();
   if (mask_) v.mask_ = std::make_shared<View>(mask_->transpose());
+  return v;
+}
+
+View View::permute(std::span<const int> axes) const {
+  View v = *this;
+  v.layout_ = layout_.permute(axes);
+  if (mask_) v.mask_ = std::make_shared<View>(mask_->permute(axes));
+  return v;
+}
+
+View View::reshape(std::span<const std::int64_t> shape, bool fortran_order) const {
+  View v = *this;
+  v.layout_ = layout_.reshape(shape, fortran_order);
+  if (v.layout_.size() == 0) v.ptr_ = 0;
+  if (mask_) {
+    try {
+      v.mask_ = std::make_shared<View>(mask_->reshape(shape, fortran_order));
+    } catch (const Error& e) {
+      throw_error(e.code(), std::string("the array's mask: ") + e.what());
+    }
+  }
+  return v;
+}
+
+View View::as_dtype(DType dtype) const {
+  View v = *this;
+  v.layout_ = layout_.with_itemsize(dtype.itemsize());
+  v.dtype_ = std::move(dtype);
+  if (mask_ && !std::ranges::equal(v.layout_.shape(), layout_.shape()))
+    throw_error(Errc::not_implemented,
+                "view(): the array is masked, and a dtype of another item size changes its "
+                "shape " +
+                    format_dims(layout_.shape()) + " to " + format_dims(v.layout_.shape()) +
+                    ", which its mask does not have");
   return v;
 }
 

@@ -1,6 +1,6 @@
 """The C++ package inside the installed `cai` package: the C API header is plain C, the
 extension headers stand alone and pull in nothing that needs a cai library, and every C, C++
-and CUDA block of the C++ documentation compiles as written (CUDA ones where nvcc is)."""
+and CUDA block of README.md and docs/*.md compiles as written (CUDA ones where nvcc is)."""
 
 import pathlib
 import re
@@ -13,7 +13,8 @@ import pytest
 
 import extensions
 
-DOCS = [extensions.ROOT / "docs" / "cpp.md", extensions.ROOT / "docs" / "cpp-typed-view.md"]
+# Every page, pages added later included (tests/python/test_docs.py runs the Python blocks).
+DOCS = [extensions.ROOT / "README.md", *sorted((extensions.ROOT / "docs").glob("*.md"))]
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc"
                                 if pathlib.Path("/usr/local/cuda/bin/nvcc").exists() else None)
 

@@ -230,6 +230,20 @@ def test_deepcopy_stays_on_the_device_and_pickling_lands_on_the_current_one():
 
 
 @two_devices
+def test_copy_method_stays_on_the_arrays_device():
+    with cai.Device(1):
+        b1 = cai.to_device(np.arange(6.0).reshape(2, 3))   # its stream: device 1's default
+        s1 = cai.stream()
+    c = b1.T.copy()                                        # device 0 is current
+    assert c.device == cai.Device(1) and c.is_c_contiguous()
+    np.testing.assert_array_equal(c.copy_to_host(), np.arange(6.0).reshape(2, 3).T)
+    assert b1.copy(stream=s1).stream == s1
+    with pytest.raises(ValueError, match="belongs to device 0 but the array is on device 1"):
+        b1.copy(stream=cai.stream())
+    assert cai.current_device() == cai.Device(0)
+
+
+@two_devices
 def test_device_synchronize():
     with cai.Device(1):
         s1 = cai.stream()

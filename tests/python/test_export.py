@@ -58,7 +58,7 @@ def _numpy_and_device(shape, order, key):
 @pytest.mark.parametrize("shape,order,key", [
     ((3, 4), "C", ()),
     ((3, 4), "F", ()),
-    ((), "C", ()),
+    ((), "C", Ellipsis),                             # a[()] is a host scalar
     ((5,), "C", slice(None, None, 2)),
     ((5,), "C", slice(None, None, -1)),
     ((4, 5), "C", (slice(None), slice(1, 3))),

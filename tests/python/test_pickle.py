@@ -108,6 +108,9 @@ def test_masks_readonly_and_foreign_arrays():
     got = pickle.loads(pickle.dumps(masked))
     same(got, np.arange(4.0))
     same(got.mask, np.array([True, False, True, True]))
+    copied = copy.deepcopy(masked)                  # the mask copied on the device too
+    assert copied.mask is not None and copied.mask.ptr != mask.ptr
+    same(copied.mask, np.array([True, False, True, True]))
 
     readonly = cai.as_cuda_array(Producer(data, data=(data.ptr, True)))
     got = pickle.loads(pickle.dumps(readonly))

@@ -76,6 +76,13 @@ class View {
   /// NumPy basic indexing; shares memory and stream.
   View index(std::span<const IndexItem> items) const;
   View transpose() const;
+  /// Axes reordered (Layout::permute); shares memory and stream.
+  View permute(std::span<const int> axes) const;
+  /// A view of another shape (Layout::reshape: never a copy); a mask is reshaped alike.
+  View reshape(std::span<const std::int64_t> shape, bool fortran_order) const;
+  /// The same bytes as another dtype (Layout::with_itemsize). A masked array keeps its mask
+  /// only while the shape does not change (Errc::not_implemented otherwise).
+  View as_dtype(DType dtype) const;
 
   /// Throws Error(value_error) "<entry>: <what> is read-only" when the view is read-only.
   void require_writable(const char* entry, const char* what) const;

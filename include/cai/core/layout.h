@@ -106,6 +106,15 @@ class Layout {
   /// `axes[i]` is the source axis of result axis i; negative counts from the last.
   Layout permute(std::span<const int> axes) const;
 
+  /// NumPy's reshape, as a view only (docs/core-layout.md, "Reshape"): `shape` may hold one -1,
+  /// inferred from the size; elements are read in C order, or F order with `fortran_order`.
+  /// Errc::value_error when the sizes differ; Errc::not_implemented, naming the axes, when
+  /// these strides cannot give the new shape without a copy.
+  Layout reshape(std::span<const std::int64_t> shape, bool fortran_order = false) const;
+  /// The same bytes read with another item size (ndarray.view(dtype)): the last axis must be
+  /// contiguous and its byte length a multiple of `itemsize`; it is resized. Errc::value_error.
+  Layout with_itemsize(std::int64_t itemsize) const;
+
   /// Conservative: false only when no two different indices can map to overlapping bytes.
   bool may_overlap() const noexcept { return cai::may_overlap(shape_, strides_, itemsize_); }
 

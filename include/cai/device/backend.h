@@ -178,4 +178,16 @@ bool exiting() noexcept;
 /// True when a CUDA driver with at least one device can be loaded (never throws).
 bool cuda_available();
 
+/// What cai knows about CUDA here, for `python -m cai info`. Loads the driver (once per
+/// process) but never chooses the backend; never throws.
+struct CudaInfo {
+  int headers_version = 0;     ///< CUDA_VERSION of the headers cai was built with; 0: none
+  bool kernels = false;        ///< cai's kernels were compiled (nvcc found at build time)
+  bool driver_loaded = false;  ///< libcuda.so.1 loaded and initialised with a device
+  int driver_version = 0;      ///< cuDriverGetVersion (e.g. 12040); 0 when unknown
+  int devices = 0;             ///< CUDA devices the driver reports
+  std::string error;           ///< why the driver cannot be used, when it cannot
+};
+CudaInfo cuda_info();
+
 }  // namespace cai::device

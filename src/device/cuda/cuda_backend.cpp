@@ -68,6 +68,16 @@ bool probe_cuda() {
 
 }  // namespace cai::device::detail
 
+namespace cai::device {
+
+CudaInfo cuda_info() {
+  CudaInfo info;
+  info.error = "cai was built without CUDA headers (no CUDA toolkit at configure time)";
+  return info;
+}
+
+}  // namespace cai::device
+
 #else  // CAI_HAVE_CUDA_HEADERS
 
 namespace cai::device::cuda {
@@ -945,5 +955,21 @@ bool probe_cuda() {
 }
 
 }  // namespace cai::device::detail
+
+namespace cai::device {
+
+CudaInfo cuda_info() {
+  CudaInfo info;
+  info.headers_version = CUDA_VERSION;
+  info.kernels = CAI_HAVE_CUDA_KERNELS != 0;
+  const cuda::DriverState& st = cuda::driver_state();
+  info.driver_loaded = st.ok;
+  info.driver_version = st.version;
+  info.devices = static_cast<int>(st.devices.size());
+  info.error = st.error;
+  return info;
+}
+
+}  // namespace cai::device
 
 #endif  // CAI_HAVE_CUDA_HEADERS

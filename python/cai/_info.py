@@ -1,0 +1,137 @@
+"""cai.show_config() and `python -m cai info`: what cai runs on here, for bug reports.
+
+Like `numba -s` and `cupy.show_config()`: the backend and why it was chosen, the devices, the
+CUDA driver and the CUDA headers cai was built with, the simulator's state, cai's switches, and
+the versions of the array libraries installed. Library versions come from the installed
+packages' metadata: nothing heavy is imported.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import pathlib
+import platform
+import sys
+from typing import IO, Any
+
+from . import _cai
+
+DISTRIBUTION = "cai-interop"
+USE_SIM = "; set CAI_BACKEND=sim to use the simulator"
+
+# Distribution names per library, first found wins (CuPy ships one wheel per CUDA major).
+LIBRARIES: dict[str, tuple[str, ...]] = {
+    "numpy": ("numpy",),
+    "cupy": ("cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"),
+    "torch": ("torch",),
+    "jax": ("jax",),
+    "jaxlib": ("jaxlib",),
+    "numba": ("numba",),
+    "numba-cuda": ("numba-cuda",),
+    "cuda-core": ("cuda-core",),
+    "cuda-python": ("cuda-python", "cuda-bindings"),
+    "nanobind": ("nanobind",),
+}
+
+
+def cuda_version_text(version: int) -> str:
+    """12040 -> '12.4' (the encoding of CUDA_VERSION and cuDriverGetVersion)."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def _installed(names: tuple[str, ...]) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def collect() -> dict[str, Any]:
+    """Everything show_config() prints, as a dict (what `python -m cai info --json` writes)."""
+    from . import config
+
+    cuda = _cai._cuda_info()
+    # The driver's message ends by suggesting the simulator, which info reports separately.
+    cuda["error"] = str(cuda["error"]).removesuffix(USE_SIM).removeprefix("CUDA backend: ")
+    forced = os.environ.get("CAI_BACKEND") or None
+    backend: str | None = None
+    try:
+        backend = _cai.backend()  # chooses the backend if nothing has yet
+    except _cai.DeviceError as e:  # CAI_BACKEND=cuda without a usable driver
+        why = str(e)
+    if backend == "simulator":
+        why = ("forced by CAI_BACKEND=sim" if forced == "sim" else
+               f"no usable CUDA driver here: {str(cuda['error']).split(' (')[0]}")
+    elif backend is not None:
+        why = "forced by CAI_BACKEND=cuda" if forced == "cuda" else "a CUDA driver and a device"
+    package = pathlib.Path(__file__).resolve().parent
+    return {
+        "cai": _cai.__version__,
+        "distribution": _installed((DISTRIBUTION,)),
+        "python": f"{platform.python_version()} ({platform.python_implementation()})",
+        "platform": platform.platform(),
+        "backend": backend,
+        "backend_reason": why,
+        "devices": _cai._devices() if backend else [],
+        "simulator": {"active": _cai.sim.active(),
+                      "race_detection": _cai.sim.race_detection() if _cai.sim.active() else None},
+        "cuda": cuda,
+        "switches": {"CUDA_ARRAY_INTERFACE_SYNC": config.CUDA_ARRAY_INTERFACE_SYNC,
+                     "EXPORT_STREAM": config.EXPORT_STREAM,
+                     "CAI_BACKEND": forced},
+        "libraries": {name: _installed(dists) for name, dists in LIBRARIES.items()},
+        "cmake_dir": str(package / "cmake") if (package / "cmake").is_dir() else None,
+        "include_dir": str(package / "include") if (package / "include").is_dir() else None,
+    }
+
+
+def _lines(info: dict[str, Any]) -> list[str]:
+    cuda = info["cuda"]
+    distribution = info["distribution"] or "not installed"
+    out = [f"cai {info['cai']} (distribution {DISTRIBUTION} {distribution})",
+           f"Python {info['python']} on {info['platform']}",
+           f"Backend: {info['backend'] or 'none'} ({info['backend_reason']})"]
+    if info["backend"] == "simulator":
+        out.append("  The CPU simulator stands in for a GPU: real asynchronous streams on host "
+                   "threads, no CUDA needed (docs/simulator.md)")
+        detection = "on" if info["simulator"]["race_detection"] else "off"
+        out.append(f"  race detection: {detection} (cai.sim.set_race_detection)")
+    for d in info["devices"]:
+        cc = ".".join(map(str, d["compute_capability"]))
+        what = "simulated" if info["backend"] == "simulator" else f"compute capability {cc}"
+        out.append(f"  device {d['ordinal']}: {d['name']}, {what}, "
+                   f"{d['total_memory'] / 2**30:.1f} GiB, {d['multiprocessors']} multiprocessors")
+    headers = (f"CUDA {cuda_version_text(cuda['headers_version'])}" if cuda["headers_version"]
+               else "none (CUDA backend compiled out)")
+    kernels = "compiled to PTX" if cuda["kernels"] else "not built (no nvcc at build time)"
+    out.append(f"CUDA headers at build time: {headers}; kernels: {kernels}")
+    if cuda["driver_loaded"]:
+        out.append(f"CUDA driver: {cuda_version_text(cuda['driver_version'])}, "
+                   f"{cuda['devices']} device(s)")
+    else:
+        version = (f" (supports CUDA {cuda_version_text(cuda['driver_version'])})"
+                   if cuda["driver_version"] else "")
+        out.append(f"CUDA driver: not usable{version}: {cuda['error'] or 'not found'}")
+    switches = ", ".join(f"{k}={'unset' if v is None else v}"
+                         for k, v in info["switches"].items())
+    out.append(f"Switches: {switches}")
+    libs = ", ".join(f"{k} {v or '-'}" for k, v in info["libraries"].items())
+    out.append(f"Libraries: {libs}")
+    out.append(f"C++ package: cmake dir {info['cmake_dir'] or '-'}, "
+               f"include dir {info['include_dir'] or '-'}")
+    return out
+
+
+def show_config(file: IO[str] | None = None, *, as_json: bool = False) -> None:
+    """Prints the backend, devices, CUDA driver and toolkit, simulator state, switches and the
+    installed array libraries (what a bug report should include)."""
+    stream = sys.stdout if file is None else file
+    info = collect()
+    if as_json:
+        print(json.dumps(info, indent=2), file=stream)
+    else:
+        print("\n".join(_lines(info)), file=stream)

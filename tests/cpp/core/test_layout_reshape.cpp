@@ -1,0 +1,131 @@
+// Layout::reshape and Layout::with_itemsize. The strides expected below are NumPy 2.4's for
+// the same reshape (a.reshape(shape, order=..., copy=False).strides) except on axes of size 1,
+// where any stride is valid; tests/python/test_shape_ops.py compares the two on generated
+// layouts.
+
+#include <gtest/gtest.h>
+
+#include "cai/core/error.h"
+#include "cai/core/layout.h"
+#include "expect_error.h"
+
+namespace cai {
+namespace {
+
+using test::expect_error;
+
+Layout make(Dims shape, Dims strides, std::int64_t itemsize) {
+  return Layout(std::move(shape), std::move(strides), itemsize);
+}
+
+TEST(layout_reshape_test, contiguous_in_both_orders) {
+  const Layout c = Layout::c_contiguous(Dims{3, 4}, 4);
+  EXPECT_EQ(c.reshape(Dims{2, 6}), Layout::c_contiguous(Dims{2, 6}, 4));
+  EXPECT_EQ(c.reshape(Dims{12}), Layout::c_contiguous(Dims{12}, 4));
+  EXPECT_EQ(c.reshape(Dims{2, -1, 3}), Layout::c_contiguous(Dims{2, 2, 3}, 4));
+  const Layout f = Layout::f_contiguous(Dims{3, 4}, 4);
+  EXPECT_EQ(f.reshape(Dims{6, 2}, true), Layout::f_contiguous(Dims{6, 2}, 4));
+  EXPECT_EQ(f.reshape(Dims{-1}, true), Layout::c_contiguous(Dims{12}, 4));
+}
+
+TEST(layout_reshape_test, strided_runs_stay_views) {
+  // a[:, :3] of a (4, 6) float32 array: rows stay runs, and a[:, ::2] is one run.
+  const Layout rows = make({4, 3}, {24, 4}, 4);
+  EXPECT_EQ(rows.reshape(Dims{4, 3, 1}), make({4, 3, 1}, {24, 4, 4}, 4));
+  EXPECT_EQ(rows.reshape(Dims{2, 2, 3}), make({2, 2, 3}, {48, 24, 4}, 4));
+  EXPECT_EQ(make({4, 3}, {24, 8}, 4).reshape(Dims{12}), make({12}, {8}, 4));
+  // A 1-d strided array splits into any shape.
+  EXPECT_EQ(make({6}, {-8}, 4).reshape(Dims{2, 3}), make({2, 3}, {-24, -8}, 4));
+  // Size-1 axes in the source are skipped whatever their stride.
+  EXPECT_EQ(make({2, 1, 3}, {12, 999, 4}, 4).reshape(Dims{6}), make({6}, {4}, 4));
+  // The transpose of a C array is a view in F order.
+  EXPECT_EQ(make({4, 3}, {4, 16}, 4).reshape(Dims{12}, true), make({12}, {4}, 4));
+}
+
+TEST(layout_reshape_test, empty_arrays_reshape_freely) {
+  const Layout empty = make({0, 3}, {999, -4}, 4);
+  EXPECT_EQ(empty.reshape(Dims{3, 0, 5}), Layout::c_contiguous(Dims{3, 0, 5}, 4));
+  EXPECT_EQ(empty.reshape(Dims{5, -1}).shape()[1], 0);
+}
+
+TEST(layout_reshape_test, refuses_a_copy_naming_the_axes) {
+  // The transpose of a C (3, 4) array read in C order.
+  expect_error(
+      [] {
+        make({4, 3}, {4, 16}, 4).reshape(Dims{12});
+      },
+      Errc::not_implemented,
+      {"shape (4, 3) and strides (4, 16)", "cannot be reshaped to (12,) in C order",
+       "axis 0 (stride 4) does not step over axis 1 (3 x stride 16)", "order='F' would be a view",
+       "never copies"});
+  // a[:, :3] of a (4, 6) array: no order helps.
+  expect_error(
+      [] {
+        make({4, 3}, {24, 4}, 4).reshape(Dims{12}, true);
+      },
+      Errc::not_implemented,
+      {"in F order", "axis 1 (stride 4) does not step over axis 0 (4 x stride 24)"});
+  try {
+    make({4, 3}, {24, 4}, 4).reshape(Dims{12});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("axis 0 (stride 24) does not step over axis 1 (3 x "
+                                         "stride 4)"),
+              std::string::npos)
+        << e.what();
+    EXPECT_EQ(std::string(e.what()).find("would be a view"), std::string::npos) << e.what();
+  }
+}
+
+TEST(layout_reshape_test, size_errors) {
+  const Layout l = Layout::c_contiguous(Dims{3, 4}, 4);
+  expect_error(
+      [&] {
+        l.reshape(Dims{5, 2});
+      },
+      Errc::value_error, {"cannot reshape an array of size 12 into shape (5, 2)"});
+  expect_error([&] { l.reshape(Dims{5, -1}); }, Errc::value_error, {"size 12 into shape (5, -1)"});
+  expect_error([&] { l.reshape(Dims{-1, -1}); }, Errc::value_error, {"more than one -1"});
+  expect_error([&] { l.reshape(Dims{-2, -6}); }, Errc::value_error, {"negative size at axis 0"});
+  expect_error(
+      [&] {
+        l.reshape(Dims{std::int64_t{1} << 62, 1 << 4});
+      },
+      Errc::value_error, {"size 12"});
+  expect_error(
+      [] {
+        Layout::c_contiguous(Dims{0}, 4).reshape(Dims{0, -1});
+      },
+      Errc::value_error, {"size 0 into shape (0, -1)"});
+}
+
+TEST(layout_itemsize_test, resizes_the_last_axis) {
+  const Layout c = Layout::c_contiguous(Dims{2, 4}, 4);
+  EXPECT_EQ(c.with_itemsize(4), c);
+  EXPECT_EQ(c.with_itemsize(8), make({2, 2}, {16, 8}, 8));
+  EXPECT_EQ(c.with_itemsize(1), make({2, 16}, {16, 1}, 1));
+  // Only the last axis needs to be contiguous: rows of a wider array.
+  EXPECT_EQ(make({2, 4}, {64, 4}, 4).with_itemsize(2), make({2, 8}, {64, 2}, 2));
+  // A last axis of size 1 may have any stride.
+  EXPECT_EQ(make({3, 1}, {8, 100}, 8).with_itemsize(4), make({3, 2}, {8, 4}, 4));
+}
+
+TEST(layout_itemsize_test, errors) {
+  expect_error(
+      [] {
+        make({4, 2}, {4, 16}, 4).with_itemsize(8);
+      },
+      Errc::value_error,
+      {"from 4 to 8", "last axis to be contiguous (stride 4), but its stride is 16"});
+  expect_error(
+      [] {
+        Layout::c_contiguous(Dims{2, 3}, 4).with_itemsize(8);
+      },
+      Errc::value_error, {"the last axis holds 12 bytes, not a multiple of 8"});
+  expect_error([] { make({}, {}, 4).with_itemsize(2); }, Errc::value_error, {"0-d array"});
+  expect_error([] { Layout::c_contiguous(Dims{2}, 4).with_itemsize(0); }, Errc::value_error,
+               {"item size of 0"});
+}
+
+}  // namespace
+}  // namespace cai
