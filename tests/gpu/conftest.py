@@ -82,3 +82,4 @@ def no_gc():
     gc.disable()
     yield
     gc.enable()
+

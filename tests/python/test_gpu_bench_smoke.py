@@ -196,3 +196,25 @@ def test_gpu_suite_collects_without_gpu_libraries():
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "error" not in res.stdout.lower()
     assert "tests collected" in res.stdout
+
+
+def test_crash_safe_pytest_goes_on_past_a_test_that_kills_the_interpreter(tmp_path):
+    """A test that aborts the interpreter (as a peer library's C++ CHECK does) is reported as
+    failed by name; the tests after it still run; the exit status says something failed."""
+    (tmp_path / "test_crashy.py").write_text(
+        "import os\n"
+        "def test_before(): pass\n"
+        "def test_dies(): os.abort()\n"
+        "def test_after(): pass\n"
+        "def test_fails(): assert False\n")
+    out = tmp_path / "all.xml"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tests/gpu/crash_safe_pytest.py"), f"--junitxml={out}",
+         "--", "-q", "-p", "no:cacheprovider", "-p", "no:faulthandler", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "test_crashy.py::test_dies; going on past it" in r.stdout
+    counts = load("gpu_report").junit_counts(str(out))
+    assert counts["tests"] == 4 and counts["passed"] == 2 and counts["failed"] == 2, counts
+    assert any(n.endswith("test_crashy.py::test_dies") for n in counts["failed_names"])
+    assert any(n.endswith("test_fails") for n in counts["failed_names"])
