@@ -8,14 +8,19 @@
 ``EXPORT_STREAM``: when true (the default) our arrays export their stream; False exports
 ``stream: None`` always (the producer option of CAI v3, never the default).
 
+``reset()`` sets both back to their defaults; ``override(NAME=value, ...)`` is a context manager
+that sets some for a ``with`` block and restores them after it.
+
 Both take True or False only (a TypeError otherwise): a string such as "0" would otherwise be
 true in Python and false in the environment variable. The environment variables take
 0/1, false/true, no/yes, off/on (any case); anything else is a ValueError at import.
 """
 
+import contextlib
 import os
 import sys
 import types
+from collections.abc import Callable, Iterator
 
 from . import _cai
 
@@ -43,23 +48,54 @@ def _bool_setting(name: str, value: object) -> bool:
     return value
 
 
+def _switch(name: str, get: Callable[[], bool], set_: Callable[[bool], None]) -> property:
+    """The property of one switch: the flag lives in the extension, so that the hot paths read
+    a C++ bool, not a module dict."""
+
+    def getter(self: object) -> bool:
+        return get()
+
+    def setter(self: object, value: bool) -> None:
+        set_(_bool_setting(name, value))
+
+    return property(getter, setter)
+
+
+_SWITCHES = {
+    "CUDA_ARRAY_INTERFACE_SYNC": (_cai._get_import_sync, _cai._set_import_sync),
+    "EXPORT_STREAM": (_cai._get_export_stream, _cai._set_export_stream),
+}
+
+
 class _Config(types.ModuleType):
-    # The flags live in the extension so that the hot paths read a C++ bool, not a module dict.
-    @property
-    def CUDA_ARRAY_INTERFACE_SYNC(self) -> bool:
-        return _cai._get_import_sync()
+    CUDA_ARRAY_INTERFACE_SYNC = _switch("CUDA_ARRAY_INTERFACE_SYNC",
+                                        *_SWITCHES["CUDA_ARRAY_INTERFACE_SYNC"])
+    EXPORT_STREAM = _switch("EXPORT_STREAM", *_SWITCHES["EXPORT_STREAM"])
 
-    @CUDA_ARRAY_INTERFACE_SYNC.setter
-    def CUDA_ARRAY_INTERFACE_SYNC(self, value: bool) -> None:
-        _cai._set_import_sync(_bool_setting("CUDA_ARRAY_INTERFACE_SYNC", value))
 
-    @property
-    def EXPORT_STREAM(self) -> bool:
-        return _cai._get_export_stream()
+def reset() -> None:
+    """Sets every switch back to its built-in default (True), whatever the environment said."""
+    for _, set_ in _SWITCHES.values():
+        set_(True)
 
-    @EXPORT_STREAM.setter
-    def EXPORT_STREAM(self, value: bool) -> None:
-        _cai._set_export_stream(_bool_setting("EXPORT_STREAM", value))
+
+@contextlib.contextmanager
+def override(**switches: bool) -> Iterator[None]:
+    """Sets the given switches for the ``with`` block and restores their values after it:
+    ``with cai.config.override(EXPORT_STREAM=False): ...``."""
+    for name, value in switches.items():
+        if name not in _SWITCHES:
+            raise TypeError(f"cai.config.override(): no switch {name!r} (the switches: "
+                            f"{', '.join(_SWITCHES)})")
+        _bool_setting(name, value)
+    saved = {name: _SWITCHES[name][0]() for name in switches}
+    try:
+        for name, value in switches.items():
+            _SWITCHES[name][1](value)
+        yield
+    finally:
+        for name, value in saved.items():
+            _SWITCHES[name][1](value)
 
 
 sys.modules[__name__].__class__ = _Config

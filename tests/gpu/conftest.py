@@ -43,8 +43,7 @@ def _cuda_backend_and_clean_switches():
     try:
         cai.synchronize()
     finally:
-        cai.config.CUDA_ARRAY_INTERFACE_SYNC = True
-        cai.config.EXPORT_STREAM = True
+        cai.config.reset()
 
 
 @pytest.fixture(scope="session")

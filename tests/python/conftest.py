@@ -42,6 +42,5 @@ def _clean_device():
     try:
         cai.synchronize()
     finally:
-        cai.config.CUDA_ARRAY_INTERFACE_SYNC = True
-        cai.config.EXPORT_STREAM = True
+        cai.config.reset()
         cai.sim.set_race_detection(True)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import cai
-from helpers import Producer
+from helpers import Producer, pending_fill
 
 N = 4096
 SLOW = 1.0  # seconds; long enough that the producer is still busy when the host checks
@@ -55,11 +55,7 @@ def racy(streams):
 def test_race_detector_is_on(streams):
     # Two unordered writes from different streams: the second enqueue raises.
     A, B = streams
-    a = cai.device_array(N, dtype=np.float32, stream=A)
-    cai.synchronize()
-    cai.sim.delay(A, 0.2)
-    cai.ops.fill(a, 1.0, stream=A)
-    unordered = cai.from_cuda_array_interface(a.__cuda_array_interface__, sync=False)
+    a, unordered = pending_fill(A, N, np.float32, 1.0, delay=0.2)
     with pytest.raises(cai.RaceError, match="race"):
         cai.ops.fill(unordered, 2.0, stream=B)
     assert cai.sim.race_detection()
@@ -152,6 +148,31 @@ def test_config_switch_is_read_at_import_time(setup):
     cai.config.CUDA_ARRAY_INTERFACE_SYNC = False
     cai.ops.add(imported, y, out, stream=B)  # imported while on: still ordered
     np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 4.0, np.float32))
+
+
+def test_config_override_switches_for_a_block_and_restores(racy):
+    A, B, x, y, out = racy
+    cai.config.EXPORT_STREAM = False
+    with cai.config.override(CUDA_ARRAY_INTERFACE_SYNC=False, EXPORT_STREAM=True):
+        assert cai.config.EXPORT_STREAM is True
+        imported = cai.as_cuda_array(Producer(x))
+        assert imported.stream is None  # the switch was off for this import
+        with pytest.raises(cai.RaceError):
+            cai.ops.add(imported, y, out, stream=B)
+    assert cai.config.CUDA_ARRAY_INTERFACE_SYNC is True
+    assert cai.config.EXPORT_STREAM is False  # the value before the block, not the default
+    cai.config.reset()
+    assert cai.config.EXPORT_STREAM is True
+
+
+def test_config_override_refuses_unknown_switches_and_non_bools():
+    with pytest.raises(TypeError, match="no switch 'EXPORT_STREAMS'"):
+        with cai.config.override(EXPORT_STREAMS=False):
+            pass
+    with pytest.raises(TypeError, match="expected True or False"):
+        with cai.config.override(EXPORT_STREAM="0"):
+            pass
+    assert cai.config.EXPORT_STREAM is True  # nothing was set
 
 
 @pytest.mark.parametrize("value,expected", [("0", False), ("1", True), ("", True), (None, True)])
@@ -257,11 +278,7 @@ def test_event_api_orders_streams_like_the_v3_example(streams):
     # The CAI v3 document's second example: a kernel on a stream that is not the array's
     # default stream, made safe with an event, by hand.
     A, B = streams
-    x = cai.device_array(N, dtype=np.float32, stream=A)
-    cai.synchronize()
-    cai.sim.delay(A, 0.3)
-    cai.ops.fill(x, 9.0, stream=A)
-    imported = cai.as_cuda_array(Producer(x), sync=False)
+    x, imported = pending_fill(A, N, np.float32, 9.0, delay=0.3)  # imported: sync=False
     out = cai.device_array(N, dtype=np.float32, stream=B)
     ev = cai.event()
     ev.record(A)
