@@ -28,21 +28,20 @@ bool count_nonzero(std::span<const std::int64_t> shape, std::int64_t& count, boo
   return true;
 }
 
+[[noreturn]] void throw_overflow(const char* what, std::int64_t a, char op, std::int64_t b) {
+  throw_error(Errc::overflow, std::string(what) + ": " + to_string(a) + " " + op + " " +
+                                  to_string(b) + " overflows int64");
+}
+
 std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what) {
   std::int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) {
-    throw_error(Errc::overflow, std::string(what) + ": " + to_string(a) + " * " + to_string(b) +
-                                    " overflows int64");
-  }
+  if (__builtin_mul_overflow(a, b, &r)) throw_overflow(what, a, '*', b);
   return r;
 }
 
 std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
   std::int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) {
-    throw_error(Errc::overflow, std::string(what) + ": " + to_string(a) + " + " + to_string(b) +
-                                    " overflows int64");
-  }
+  if (__builtin_add_overflow(a, b, &r)) throw_overflow(what, a, '+', b);
   return r;
 }
 

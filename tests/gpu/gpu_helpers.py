@@ -336,10 +336,17 @@ PEERS = tuple(_PEERS)
 _peer_cache: dict[str, Peer] = {}
 
 
-def peer(name) -> Peer:
+def peer(name, exports=None, imports=None) -> Peer:
+    """The peer library `name`; with `exports` or `imports` (a protocol), skips the test when
+    the peer cannot do that."""
     if name not in _peer_cache:
         _peer_cache[name] = _PEERS[name]()
-    return _peer_cache[name]
+    p = _peer_cache[name]
+    if exports and exports not in p.exports:
+        pytest.skip(f"{name} does not export {exports}")
+    if imports and imports not in p.imports:
+        pytest.skip(f"{name} does not import {imports}")
+    return p
 
 
 class OnlyCAI:

@@ -54,9 +54,7 @@ def check_metadata(shape, strides, ptr, host_view, host_base, base_ptr):
 
 @every_case
 def test_peer_array_into_cai(peer_name, protocol, layout, dtype):
-    p = peer(peer_name)
-    if protocol not in p.exports:
-        pytest.skip(f"{peer_name} does not export {protocol}")
+    p = peer(peer_name, exports=protocol)
     host_base, view, expect = reference(layout, dtype)
     base = p.make(host_base)
     x = p.view(base, layout)
@@ -87,9 +85,7 @@ def test_peer_array_into_cai(peer_name, protocol, layout, dtype):
 
 @every_case
 def test_cai_array_into_peer(peer_name, protocol, layout, dtype):
-    p = peer(peer_name)
-    if protocol not in p.imports:
-        pytest.skip(f"{peer_name} does not import {protocol}")
+    p = peer(peer_name, imports=protocol)
     host_base, view, expect = reference(layout, dtype)
     base = cai.to_device(host_base)
     a = view(base)

@@ -1,5 +1,7 @@
 """Helpers shared by the test files (imported as `helpers`; pytest puts this folder on sys.path)."""
 
+import gc
+
 import numpy as np
 
 
@@ -54,14 +56,38 @@ class CudaStream:
         return (0, self.handle)
 
 
-class Index:
-    """An integer through __index__ only (Python code that cai runs while reading)."""
+class Answer:
+    """Python code that cai runs while reading: its protocol method returns `value`, or raises
+    `raises` when given."""
 
-    def __init__(self, value):
+    def __init__(self, value=None, raises=None):
         self.value = value
+        self.raises = raises
 
-    def __index__(self):
+    def answer(self):
+        if self.raises is not None:
+            # A new exception each time: a raised one keeps the frames of its traceback (and
+            # the arrays in them) alive for as long as it lives.
+            raise type(self.raises)(*self.raises.args)
         return self.value
+
+
+class Index(Answer):
+    """An integer through __index__ only."""
+
+    __index__ = Answer.answer
+
+
+class CudaStreamObj(Answer):
+    """An object whose __cuda_stream__ returns `value`, or raises."""
+
+    __cuda_stream__ = Answer.answer
+
+
+class AttrProducer(Answer):
+    """An object whose __cuda_array_interface__ is any value, or a property that raises."""
+
+    __cuda_array_interface__ = property(Answer.answer)
 
 
 class Owner:
@@ -96,6 +122,18 @@ class DictProducer:
     @property
     def __cuda_array_interface__(self):
         return dict(self.desc)
+
+
+class CaiOnly:
+    """A foreign CAI producer over a cai array: its current dict (with its stream), nothing
+    else (no DLPack)."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.arr.__cuda_array_interface__
 
 
 class DLWrapper:
@@ -176,3 +214,26 @@ def built_or_skip(name, pattern):
         pytest.skip(f"{name} is not built in {d} (scripts/test.sh builds it)",
                     allow_module_level=True)
     return d
+
+
+def pending_fill(stream, n, dtype, value, delay):
+    """An array filled with `value` on `stream` behind `delay` seconds of simulated work, and a
+    view of it imported with sync=False, whose use is not ordered after the fill."""
+    import cai
+    a = cai.device_array(n, dtype=dtype, stream=stream)
+    cai.synchronize()
+    cai.sim.delay(stream, delay)
+    cai.ops.fill(a, value, stream=stream)
+    return a, cai.from_cuda_array_interface(a.__cuda_array_interface__, sync=False)
+
+
+def collect():
+    """A full collection, twice: finalizers run by the first can free more."""
+    gc.collect()
+    gc.collect()
+
+
+def kept(ref):
+    """Whether the object behind the weak reference `ref` survives a full collection."""
+    collect()
+    return ref() is not None

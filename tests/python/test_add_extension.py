@@ -15,6 +15,7 @@ import pytest
 
 import cai
 import extensions
+from helpers import CaiOnly, DLWrapper, Producer, pending_fill
 
 _add_ext = extensions.load("_add_ext")
 
@@ -32,20 +33,8 @@ def test_add_any_strides(dtype):
 def test_accepts_foreign_cai_and_dlpack_objects():
     a = cai.to_device(np.arange(8, dtype=np.float32))
 
-    class CaiOnly:
-        @property
-        def __cuda_array_interface__(self):
-            return a.__cuda_array_interface__
-
-    class DlpackOnly:
-        def __dlpack__(self, stream=None, max_version=None):
-            return a.__dlpack__(stream=stream, max_version=max_version)
-
-        def __dlpack_device__(self):
-            return a.__dlpack_device__()
-
     out = cai.device_array(8, dtype=np.float32)
-    _add_ext.add(CaiOnly(), DlpackOnly(), out)
+    _add_ext.add(CaiOnly(a), DLWrapper(a), out)
     np.testing.assert_array_equal(out.copy_to_host(), 2 * np.arange(8, dtype=np.float32))
 
 
@@ -84,39 +73,20 @@ def test_stream_ordering_with_a_slow_producer():
 
 def test_without_sync_the_race_is_caught():
     s = cai.stream()
-    x = cai.device_array(1000, dtype=np.float64, stream=s)
-    cai.sim.delay(s, 0.3)
-    x[...] = 2.0
-
-    class Foreign:  # exports x with its stream, like any v3 producer
-        @property
-        def __cuda_array_interface__(self):
-            return x.__cuda_array_interface__
-
+    x, _ = pending_fill(s, 1000, np.float64, 2.0, delay=0.3)
     y = cai.device_array(1000, dtype=np.float64, stream=cai.stream())
-    cai.config.CUDA_ARRAY_INTERFACE_SYNC = False
-    try:
-        with pytest.raises(cai.RaceError):
-            _add_ext.add(Foreign(), Foreign(), y, stream=cai.stream())
-    finally:
-        cai.config.CUDA_ARRAY_INTERFACE_SYNC = True
+    with cai.config.override(CUDA_ARRAY_INTERFACE_SYNC=False):
+        with pytest.raises(cai.RaceError):  # Producer: exports x with its stream, like any v3
+            _add_ext.add(Producer(x), Producer(x), y, stream=cai.stream())
     s.synchronize()
 
 
 def test_correct_ordering_is_not_a_race():
     # The same producer as above, with the CAI v3 import rules on: the kernel waits for s.
     s = cai.stream()
-    x = cai.device_array(1000, dtype=np.float64, stream=s)
-    cai.sim.delay(s, 0.3)
-    x[...] = 2.0
-
-    class Foreign:
-        @property
-        def __cuda_array_interface__(self):
-            return x.__cuda_array_interface__
-
+    x, _ = pending_fill(s, 1000, np.float64, 2.0, delay=0.3)
     y = cai.device_array(1000, dtype=np.float64, stream=cai.stream())
-    _add_ext.add(Foreign(), Foreign(), y, stream=cai.stream())
+    _add_ext.add(Producer(x), Producer(x), y, stream=cai.stream())
     np.testing.assert_array_equal(y.copy_to_host(), np.full(1000, 4.0))
 
 
@@ -129,24 +99,10 @@ def test_writing_while_the_kernel_reads_is_a_race():
     cai.sim.delay(s, 0.3)
     out = cai.device_array(1000, dtype=np.float32, stream=s)
     _add_ext.add(a, a, out, stream=s)  # queued behind the delay
-    cai.config.CUDA_ARRAY_INTERFACE_SYNC = False
-    try:
-        with pytest.raises(cai.RaceError):
-            cai.ops.fill(Unsynced(a), 5.0, stream=cai.stream())
-    finally:
-        cai.config.CUDA_ARRAY_INTERFACE_SYNC = True
+    with cai.config.override(CUDA_ARRAY_INTERFACE_SYNC=False):
+        with pytest.raises(cai.RaceError):  # a consumer told to ignore the exported stream
+            cai.ops.fill(CaiOnly(a), 5.0, stream=cai.stream())
     s.synchronize()
-
-
-class Unsynced:
-    """Exports an array with its stream, read by a consumer told to ignore it."""
-
-    def __init__(self, arr):
-        self.arr = arr
-
-    @property
-    def __cuda_array_interface__(self):
-        return self.arr.__cuda_array_interface__
 
 
 # ---- the C++ package inside the Python package ----------------------------------------------------

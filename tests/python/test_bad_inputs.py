@@ -35,6 +35,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import cai  # noqa: E402
+from helpers import AttrProducer, CudaStreamObj, Index  # noqa: E402
 
 CORPUS_PATH = Path(__file__).resolve().parents[1] / "data" / "bad_inputs.json"
 CORPUS = json.loads(CORPUS_PATH.read_text())
@@ -89,52 +90,12 @@ class CAIProducer:
         return dict(self._desc) if isinstance(self._desc, dict) else self._desc
 
 
-class AttrProducer:
-    """An object whose __cuda_array_interface__ is any value, or a property that raises."""
-
-    def __init__(self, value=None, raises=None):
-        self._value = value
-        self._raises = raises
-
-    @property
-    def __cuda_array_interface__(self):
-        if self._raises is not None:
-            raise self._raises
-        return self._value
-
-
-class Index:
-    """An int-like object (only __index__)."""
-
-    def __init__(self, value, raises=None):
-        self.value = value
-        self.raises = raises
-
-    def __index__(self):
-        if self.raises is not None:
-            raise self.raises
-        return self.value
-
-
 class StrSub(str):
     pass
 
 
 class IntSub(int):
     pass
-
-
-class CudaStreamObj:
-    """An object with __cuda_stream__ returning `value`, or raising."""
-
-    def __init__(self, value=None, raises=None):
-        self.value = value
-        self.raises = raises
-
-    def __cuda_stream__(self):
-        if self.raises is not None:
-            raise self.raises
-        return self.value
 
 
 # ----- DLPack structs (the ABI, include/cai/core/dlpack.h) -------------------------------------
@@ -554,7 +515,7 @@ def run_case(case, route):
     if kind == "attr":
         p = attr_producer(case, ctx)
         if route == "from_cuda_array_interface":
-            return cai.from_cuda_array_interface(p._value)
+            return cai.from_cuda_array_interface(p.value)
         return ROUTES[route](p, ctx)
     if kind == "dlpack":
         return run_dlpack(case, route, ctx)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import cai
+from helpers import pending_fill
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.int32, np.bool_])
@@ -25,12 +26,8 @@ def test_add_into_an_overlapping_out_matches_numpy(dtype):
 
 def test_switching_race_detection_on_again_keeps_the_history(streams):
     A, B = streams
-    a = cai.device_array(64, dtype=np.float32, stream=A)
-    cai.synchronize()
-    cai.sim.delay(A, 0.05)
-    cai.ops.fill(a, 1.0, stream=A)
+    a, unordered = pending_fill(A, 64, np.float32, 1.0, delay=0.05)
     cai.sim.set_race_detection(True)  # already on: the fill on A is still remembered
-    unordered = cai.from_cuda_array_interface(a.__cuda_array_interface__, sync=False)
     with pytest.raises(cai.RaceError, match="fill_async on stream"):
         cai.ops.fill(unordered, 2.0, stream=B)
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import cai
+from helpers import CaiOnly
 import extensions
 
 probes = extensions.load("_cai_probes")  # the test-only DLPack doubles of tests/ext
@@ -322,14 +323,6 @@ def test_array_slice_rules():
 
 def test_array_from_cai_only_and_dlpack_first():
     a = dev(np.arange(6.0))
-
-    class CaiOnly:
-        def __init__(self, arr):
-            self.arr = arr
-
-        @property
-        def __cuda_array_interface__(self):
-            return self.arr.__cuda_array_interface__
 
     assert cai.Array(CaiOnly(a)).shape == (6,)
     p = CapsuleProducer(a)

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import cai  # noqa: E402
+from helpers import AttrProducer, Index  # noqa: E402
 from test_bad_inputs import (  # noqa: E402
     Ctx, DLProducer, TensorFactory, capsule_name, check_deleters)
 
@@ -51,17 +52,8 @@ def mem():
 
 # ----- values -------------------------------------------------------------------------------
 
-class Index:
-    def __init__(self, v):
-        self.v = v
-
-    def __index__(self):
-        return self.v
-
-
-class RaisingIndex:
-    def __index__(self):
-        raise ProducerError("index")
+def RaisingIndex():
+    return Index(raises=ProducerError("index"))
 
 
 class Opaque:
@@ -123,18 +115,9 @@ def near_valid(key, draw, safe=False):
 KEYS = ["shape", "typestr", "data", "version", "strides", "descr", "mask", "stream"]
 
 
-class Producer:
+def Producer(desc=None, raises=False):
     """An object with __cuda_array_interface__ (a value, a dict, or a property that raises)."""
-
-    def __init__(self, desc=None, raises=False):
-        self.desc = desc
-        self.raises = raises
-
-    @property
-    def __cuda_array_interface__(self):
-        if self.raises:
-            raise ProducerError("attribute")
-        return self.desc
+    return AttrProducer(desc, ProducerError("attribute") if raises else None)
 
 
 @st.composite
@@ -175,7 +158,7 @@ def masks(draw, depth, shape, safe=False):
         return Producer(draw(interfaces(depth + 1, safe)))
     if kind == "cycle":
         p = Producer()
-        p.desc = {"shape": shape, "typestr": "|b1", "data": (mem().ptr, False), "version": 3,
+        p.value = {"shape": shape, "typestr": "|b1", "data": (mem().ptr, False), "version": 3,
                   "mask": p}
         return p
     if kind == "not-dict":
@@ -401,7 +384,7 @@ def test_cyclic_masks_terminate():
     for n in (1, 2, 3, 9):
         ps = [Producer() for _ in range(n)]
         for i, p in enumerate(ps):
-            p.desc = {"shape": (2,), "typestr": "|b1", "data": (mem().ptr, False),
+            p.value = {"shape": (2,), "typestr": "|b1", "data": (mem().ptr, False),
                       "version": 3, "mask": ps[(i + 1) % n]}
         with pytest.raises(ValueError, match="masks nested more than 8 levels deep"):
             cai.as_cuda_array(ps[0])

@@ -2,23 +2,17 @@
 view of it is gone, and no longer; cai's own memory and streams live as long as their users.
 Checked with weakrefs (docs/core-interface.md, "Lifetime")."""
 
-import gc
 import weakref
 
 import numpy as np
 import pytest
 
 import cai
-from helpers import Producer
+from helpers import Producer, collect, kept
 
 
 class Owner:
     """Something that owns memory; only its identity matters here."""
-
-
-def collect():
-    gc.collect()
-    gc.collect()
 
 
 @pytest.fixture
@@ -34,21 +28,17 @@ def test_as_cuda_array_keeps_the_producer_until_the_last_view(src):
     alive = weakref.ref(p)
     a = cai.as_cuda_array(p)
     del p
-    collect()
-    assert alive() is not None
+    assert kept(alive)
     v = a[1:, ::2]          # a view
     vv = v.T[::-1]          # a view of a view
     vvv = vv[None, ..., 0]  # and another
     del a, v
-    collect()
-    assert alive() is not None
+    assert kept(alive)
     np.testing.assert_array_equal(vvv.copy_to_host(), HOST[1:, ::2].T[::-1][None, ..., 0])
     del vv
-    collect()
-    assert alive() is not None
+    assert kept(alive)
     del vvv
-    collect()
-    assert alive() is None
+    assert not kept(alive)
 
 
 def test_views_made_by_slice_and_transpose_keep_the_producer(src):
@@ -56,12 +46,10 @@ def test_views_made_by_slice_and_transpose_keep_the_producer(src):
     alive = weakref.ref(p)
     s = cai.as_cuda_array(p).slice(1, 2, 5).transpose()
     del p
-    collect()
-    assert alive() is not None
+    assert kept(alive)
     np.testing.assert_array_equal(s.copy_to_host(), HOST[:, 2:5].T)
     del s
-    collect()
-    assert alive() is None
+    assert not kept(alive)
 
 
 def test_failed_import_keeps_nothing(src):
@@ -70,8 +58,7 @@ def test_failed_import_keeps_nothing(src):
     with pytest.raises(ValueError):
         cai.as_cuda_array(p)
     del p
-    collect()
-    assert alive() is None
+    assert not kept(alive)
 
 
 def test_from_cuda_array_interface_keeps_the_owner(src):
@@ -79,15 +66,12 @@ def test_from_cuda_array_interface_keeps_the_owner(src):
     alive = weakref.ref(owner)
     a = cai.from_cuda_array_interface(src.__cuda_array_interface__, owner=owner)
     del owner
-    collect()
-    assert alive() is not None
+    assert kept(alive)
     view = a[::-1]
     del a
-    collect()
-    assert alive() is not None
+    assert kept(alive)
     del view
-    collect()
-    assert alive() is None
+    assert not kept(alive)
 
 
 def test_from_cuda_array_interface_without_owner_keeps_nothing(src):
@@ -96,8 +80,7 @@ def test_from_cuda_array_interface_without_owner_keeps_nothing(src):
     alive = weakref.ref(p)
     a = cai.from_cuda_array_interface(p.__cuda_array_interface__)
     del p
-    collect()
-    assert alive() is None
+    assert not kept(alive)
     np.testing.assert_array_equal(a.copy_to_host(), HOST)  # src still owns the memory
 
 
@@ -106,15 +89,12 @@ def test_the_mask_object_is_kept_alive(src):
     mask_alive = weakref.ref(m)
     a = cai.as_cuda_array(Producer(src, mask=m))
     del m
-    collect()
-    assert mask_alive() is not None
+    assert kept(mask_alive)
     mask = a.mask[1:]
     del a
-    collect()
-    assert mask_alive() is not None
+    assert kept(mask_alive)
     del mask
-    collect()
-    assert mask_alive() is None
+    assert not kept(mask_alive)
 
 
 def test_exported_mask_keeps_the_mask_object(src):
@@ -123,11 +103,9 @@ def test_exported_mask_keeps_the_mask_object(src):
     a = cai.as_cuda_array(Producer(src, mask=m))
     exported = a.__cuda_array_interface__["mask"]
     del m, a
-    collect()
-    assert mask_alive() is not None
+    assert kept(mask_alive)
     del exported
-    collect()
-    assert mask_alive() is None
+    assert not kept(mask_alive)
 
 
 def test_own_memory_lives_while_a_view_does():
@@ -188,8 +166,7 @@ def test_foreign_stream_object_is_kept_while_used():
     cai.ops.fill(a, 1.0)
     np.testing.assert_array_equal(a.copy_to_host(), np.ones(4))
     del a
-    collect()
-    assert alive() is None
+    assert not kept(alive)
 
 
 def test_reading_the_attribute_does_not_keep_anything():
@@ -197,6 +174,5 @@ def test_reading_the_attribute_does_not_keep_anything():
     alive = weakref.ref(a)
     d = a.__cuda_array_interface__
     del a
-    collect()
-    assert alive() is None
+    assert not kept(alive)
     assert d["shape"] == (4,)

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import cai  # noqa: E402
-from helpers import DLWrapper, DictProducer as Producer  # noqa: E402
+from helpers import DLWrapper, DictProducer as Producer, collect, kept  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -24,11 +24,6 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * PAGE
-
-
-def collect():
-    gc.collect()
-    gc.collect()
 
 
 class CapsuleOnce:
@@ -106,8 +101,7 @@ def test_mask_producer_lives_as_long_as_the_data(src):
     assert wp() is None             # the data producer goes with the last data view
     assert wmp() is not None        # the exported mask array still keeps its producer
     del mask_view
-    collect()
-    assert wmp() is None
+    assert not kept(wmp)
 
 
 def test_failed_imports_keep_nothing(src):
@@ -161,8 +155,7 @@ def test_unconsumed_capsule_keeps_the_producer_then_frees_it(src):
     collect()
     assert wp() is not None          # the capsules hold the import
     del cap
-    collect()
-    assert wp() is not None
+    assert kept(wp)
     del legacy
     collect()
     assert wp() is None              # freed by the capsule destructor, once
@@ -175,15 +168,12 @@ def test_consumed_capsule_is_freed_by_the_consumer(src):
     w = CapsuleOnce(a.__dlpack__(max_version=(1, 3)), a.__dlpack_device__())
     del a, p
     b = cai.from_dlpack(w)
-    collect()
-    assert wp() is not None
+    assert kept(wp)
     del w                             # the used capsule: its destructor must do nothing
-    collect()
-    assert wp() is not None
+    assert kept(wp)
     np.testing.assert_array_equal(b.copy_to_host(), np.arange(12, dtype=np.float32).reshape(3, 4))
     del b
-    collect()
-    assert wp() is None
+    assert not kept(wp)
 
 
 def test_dlpack_chain_releases_every_link(src):
@@ -196,11 +186,9 @@ def test_dlpack_chain_releases_every_link(src):
         x = cai.as_cuda_array(Producer(x.__cuda_array_interface__, keep=x))
         x = cai.from_cuda_array_interface(x.__cuda_array_interface__, owner=x)
     del p
-    collect()
-    assert wp() is not None
+    assert kept(wp)
     del x
-    collect()
-    assert wp() is None
+    assert not kept(wp)
 
 
 def test_arrays_are_freed_without_gc(src):
@@ -237,8 +225,7 @@ def test_cycle_through_an_imported_array_is_collected(src):
     p.view = cai.as_cuda_array(p)
     wp = weakref.ref(p)
     del p
-    collect()
-    assert wp() is None
+    assert not kept(wp)
 
 
 def test_cycles_through_views_are_collected_200_times(src):
@@ -265,8 +252,7 @@ def test_masked_cycle_is_collected(src):
             return src.__cuda_array_interface__ | {"mask": self.mask}
 
     wp = weakref.ref(MaskedSelf())
-    collect()
-    assert wp() is None
+    assert not kept(wp)
 
 
 def test_a_cycle_held_from_cpp_is_kept_until_released(src):

@@ -15,7 +15,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import cai  # noqa: E402
-from helpers import DictProducer, DLWrapper, run_isolated, run_isolated_many  # noqa: E402
+from helpers import (  # noqa: E402
+    DictProducer, DLWrapper, Index, run_isolated, run_isolated_many)
 
 
 # ----- 1. first use from several threads ------------------------------------------------------
@@ -49,9 +50,8 @@ def test_first_use_from_several_threads_does_not_deadlock():
 
 # ----- 2. shapes: integer arrays, failing __index__ -------------------------------------------
 
-class BadIndex:
-    def __index__(self):
-        raise RuntimeError("no index")
+def BadIndex():
+    return Index(raises=RuntimeError("no index"))
 
 
 @pytest.mark.parametrize("shape, expected", [

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import cai
+from helpers import pending_fill
 
 
 def test_backend_is_the_simulator():
@@ -69,14 +70,10 @@ def test_event_record_wait_query_synchronize(streams):
 
 def test_event_orders_work_for_the_race_detector(streams):
     A, B = streams
-    a = cai.device_array(1024, dtype=np.int32, stream=A)
-    cai.synchronize()
-    cai.sim.delay(A, 0.2)
-    cai.ops.fill(a, 1, stream=A)
+    a, unordered = pending_fill(A, 1024, np.int32, 1, delay=0.2)
     ev = cai.event(timing=False)
     ev.record(A)
     ev.wait(B)
-    unordered = cai.from_cuda_array_interface(a.__cuda_array_interface__, sync=False)
     cai.ops.fill(unordered, 2, stream=B)  # ordered by the event: no RaceError
     np.testing.assert_array_equal(a.copy_to_host(stream=B), np.full(1024, 2, np.int32))
 

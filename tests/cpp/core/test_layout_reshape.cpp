@@ -17,10 +17,6 @@ using test::ThrowsCaiError;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-Layout make(Dims shape, Dims strides, std::int64_t itemsize) {
-  return Layout(std::move(shape), std::move(strides), itemsize);
-}
-
 TEST(layout_reshape_test, contiguous_in_both_orders) {
   const Layout c = Layout::c_contiguous(Dims{3, 4}, 4);
   EXPECT_EQ(c.reshape(Dims{2, 6}), Layout::c_contiguous(Dims{2, 6}, 4));
@@ -33,20 +29,20 @@ TEST(layout_reshape_test, contiguous_in_both_orders) {
 
 TEST(layout_reshape_test, strided_runs_stay_views) {
   // a[:, :3] of a (4, 6) float32 array: rows stay runs, and a[:, ::2] is one run.
-  const Layout rows = make({4, 3}, {24, 4}, 4);
-  EXPECT_EQ(rows.reshape(Dims{4, 3, 1}), make({4, 3, 1}, {24, 4, 4}, 4));
-  EXPECT_EQ(rows.reshape(Dims{2, 2, 3}), make({2, 2, 3}, {48, 24, 4}, 4));
-  EXPECT_EQ(make({4, 3}, {24, 8}, 4).reshape(Dims{12}), make({12}, {8}, 4));
+  const Layout rows = Layout({4, 3}, {24, 4}, 4);
+  EXPECT_EQ(rows.reshape(Dims{4, 3, 1}), Layout({4, 3, 1}, {24, 4, 4}, 4));
+  EXPECT_EQ(rows.reshape(Dims{2, 2, 3}), Layout({2, 2, 3}, {48, 24, 4}, 4));
+  EXPECT_EQ(Layout({4, 3}, {24, 8}, 4).reshape(Dims{12}), Layout({12}, {8}, 4));
   // A 1-d strided array splits into any shape.
-  EXPECT_EQ(make({6}, {-8}, 4).reshape(Dims{2, 3}), make({2, 3}, {-24, -8}, 4));
+  EXPECT_EQ(Layout({6}, {-8}, 4).reshape(Dims{2, 3}), Layout({2, 3}, {-24, -8}, 4));
   // Size-1 axes in the source are skipped whatever their stride.
-  EXPECT_EQ(make({2, 1, 3}, {12, 999, 4}, 4).reshape(Dims{6}), make({6}, {4}, 4));
+  EXPECT_EQ(Layout({2, 1, 3}, {12, 999, 4}, 4).reshape(Dims{6}), Layout({6}, {4}, 4));
   // The transpose of a C array is a view in F order.
-  EXPECT_EQ(make({4, 3}, {4, 16}, 4).reshape(Dims{12}, true), make({12}, {4}, 4));
+  EXPECT_EQ(Layout({4, 3}, {4, 16}, 4).reshape(Dims{12}, true), Layout({12}, {4}, 4));
 }
 
 TEST(layout_reshape_test, empty_arrays_reshape_freely) {
-  const Layout empty = make({0, 3}, {999, -4}, 4);
+  const Layout empty = Layout({0, 3}, {999, -4}, 4);
   EXPECT_EQ(empty.reshape(Dims{3, 0, 5}), Layout::c_contiguous(Dims{3, 0, 5}, 4));
   EXPECT_EQ(empty.reshape(Dims{5, -1}).shape()[1], 0);
 }
@@ -55,7 +51,7 @@ TEST(layout_reshape_test, refuses_a_copy_naming_the_axes) {
   // The transpose of a C (3, 4) array read in C order.
   EXPECT_THAT(
       [] {
-        make({4, 3}, {4, 16}, 4).reshape(Dims{12});
+        Layout({4, 3}, {4, 16}, 4).reshape(Dims{12});
       },
       ThrowsCaiError(Errc::not_implemented,
                      AllOf(HasSubstr("shape (4, 3) and strides (4, 16)"),
@@ -65,14 +61,14 @@ TEST(layout_reshape_test, refuses_a_copy_naming_the_axes) {
   // a[:, :3] of a (4, 6) array: no order helps.
   EXPECT_THAT(
       [] {
-        make({4, 3}, {24, 4}, 4).reshape(Dims{12}, true);
+        Layout({4, 3}, {24, 4}, 4).reshape(Dims{12}, true);
       },
       ThrowsCaiError(
           Errc::not_implemented,
           AllOf(HasSubstr("in F order"),
                 HasSubstr("axis 1 (stride 4) does not step over axis 0 (4 x stride 24)"))));
   try {
-    make({4, 3}, {24, 4}, 4).reshape(Dims{12});
+    Layout({4, 3}, {24, 4}, 4).reshape(Dims{12});
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("axis 0 (stride 24) does not step over axis 1 (3 x "
@@ -121,18 +117,18 @@ TEST(layout_reshape_test, size_errors) {
 TEST(layout_itemsize_test, resizes_the_last_axis) {
   const Layout c = Layout::c_contiguous(Dims{2, 4}, 4);
   EXPECT_EQ(c.with_itemsize(4), c);
-  EXPECT_EQ(c.with_itemsize(8), make({2, 2}, {16, 8}, 8));
-  EXPECT_EQ(c.with_itemsize(1), make({2, 16}, {16, 1}, 1));
+  EXPECT_EQ(c.with_itemsize(8), Layout({2, 2}, {16, 8}, 8));
+  EXPECT_EQ(c.with_itemsize(1), Layout({2, 16}, {16, 1}, 1));
   // Only the last axis needs to be contiguous: rows of a wider array.
-  EXPECT_EQ(make({2, 4}, {64, 4}, 4).with_itemsize(2), make({2, 8}, {64, 2}, 2));
+  EXPECT_EQ(Layout({2, 4}, {64, 4}, 4).with_itemsize(2), Layout({2, 8}, {64, 2}, 2));
   // A last axis of size 1 may have any stride.
-  EXPECT_EQ(make({3, 1}, {8, 100}, 8).with_itemsize(4), make({3, 2}, {8, 4}, 4));
+  EXPECT_EQ(Layout({3, 1}, {8, 100}, 8).with_itemsize(4), Layout({3, 2}, {8, 4}, 4));
 }
 
 TEST(layout_itemsize_test, errors) {
   EXPECT_THAT(
       [] {
-        make({4, 2}, {4, 16}, 4).with_itemsize(8);
+        Layout({4, 2}, {4, 16}, 4).with_itemsize(8);
       },
       ThrowsCaiError(
           Errc::value_error,
@@ -144,7 +140,7 @@ TEST(layout_itemsize_test, errors) {
       },
       ThrowsCaiError(Errc::value_error,
                      HasSubstr("the last axis holds 12 bytes, not a multiple of 8")));
-  EXPECT_THAT([] { make({}, {}, 4).with_itemsize(2); },
+  EXPECT_THAT([] { Layout({}, {}, 4).with_itemsize(2); },
               ThrowsCaiError(Errc::value_error, HasSubstr("0-d array")));
   EXPECT_THAT([] { Layout::c_contiguous(Dims{2}, 4).with_itemsize(0); },
               ThrowsCaiError(Errc::value_error, HasSubstr("item size of 0")));
