@@ -41,18 +41,10 @@ std::string count_text() {
 int device_arg(nb::handle obj, const char* entry) {
   if (obj.is_none()) return backend().current_device();
   if (PyDevice * d; nb::try_cast<PyDevice*>(obj, d) && d) return d->id;
-  if (PyBool_Check(obj.ptr()) || !PyIndex_Check(obj.ptr())) {
-    throw_error(Errc::type_error, std::string(entry) +
-                                      ": expected a device number (int), a "
-                                      "cai.Device or None, got " +
-                                      nb::inst_name(obj).c_str());
-  }
-  const long long id = PyLong_AsLongLong(nb::steal(PyNumber_Index(obj.ptr())).ptr());
-  if (id == -1 && PyErr_Occurred()) {
-    PyErr_Clear();
-    throw_error(Errc::value_error, std::string(entry) + ": device " + nb::repr(obj).c_str() +
-                                       " out of range; " + count_text());
-  }
+  // The integer policy of every argument (convert.h): no bools, __index__ honoured.
+  const std::int64_t id =
+      read_int64(obj, std::string(entry) + ": device",
+                 "a device number (int), a cai.Device or None", Errc::value_error);
   if (id < 0 || id >= backend().device_count()) {
     throw_error(Errc::value_error, std::string(entry) + ": device " + std::to_string(id) +
                                        " out of range; " + count_text());
@@ -96,12 +88,10 @@ void bind_devices(nb::module_& m) {
                        "A device (a GPU, or a simulated one). `with cai.Device(i):` makes device "
                        "i current for this thread and restores the previous one at the end; "
                        "arrays and streams are then made on it.")
-      .def(
-          "__init__",
-          [](PyDevice* self, nb::handle device) {
-            new (self) PyDevice{device_arg(device, "cai.Device()")};
-          },
-          nb::arg("device").none() = nb::none(), "A device by number (None: the current one).")
+      .def("__init__", exit_safe([](PyDevice* self, nb::handle device) {
+             new (self) PyDevice{device_arg(device, "cai.Device()")};
+           }),
+           nb::arg("device").none() = nb::none(), "A device by number (None: the current one).")
       .def_prop_ro("id", [](const PyDevice& d) { return d.id; })
       .def_prop_ro("name", [](const PyDevice& d) { return backend().properties(d.id).name; })
       .def_prop_ro(
@@ -206,24 +196,22 @@ void bind_devices(nb::module_& m) {
       .def(
           "__exit__", [](const SimGate& g, nb::args) { g.release(); },
           nb::sig("def __exit__(self, *args: object) -> None"));
-  sim.def(
-      "hold",
-      [](nb::handle stream) {
-        auto s = stream_arg(stream, "sim.hold()", library_default_stream());
-        SimGate gate;
-        device::sim::enqueue_task(
-            s.handle, {},
-            [state = gate.state] {
-              std::unique_lock lock(state->mu);
-              state->cv.wait(lock, [&] { return state->released; });
-            },
-            "hold");
-        return gate;
-      },
-      nb::arg("stream"),
-      "Work queued on `stream` after this call waits until the returned gate is released "
-      "(gate.release(), the end of a `with` block, or the gate's deletion). The host does not "
-      "wait. Tests use it to keep work pending for as long as they need, without sleeping.");
+  sim.def("hold", exit_safe([](nb::handle stream) {
+            auto s = stream_arg(stream, "sim.hold()", library_default_stream());
+            SimGate gate;
+            device::sim::enqueue_task(
+                s.handle, {},
+                [state = gate.state] {
+                  std::unique_lock lock(state->mu);
+                  state->cv.wait(lock, [&] { return state->released; });
+                },
+                "hold");
+            return gate;
+          }),
+          nb::arg("stream"),
+          "Work queued on `stream` after this call waits until the returned gate is released "
+          "(gate.release(), the end of a `with` block, or the gate's deletion). The host does not "
+          "wait. Tests use it to keep work pending for as long as they need, without sleeping.");
 }
 
 }  // namespace cai::python

@@ -151,7 +151,7 @@ void bind_ipc(nb::module_& m) {
       "send it through multiprocessing) to another process, which calls open() or uses `with "
       "handle as arr:`. Each pickled copy opens once; the memory stays valid while any "
       "process holds it open, and the exporter's queued work comes first.");
-  cls.def("open", &open_handle, nb::arg("stream").none() = 0,
+  cls.def("open", exit_safe(&open_handle), nb::arg("stream").none() = 0,
           nb::sig("def open(self, stream: object | None = 0) -> DeviceNDArray"),
           "A DeviceNDArray on the shared memory (no copy), on `stream` (0: the default stream), "
           "which waits for the work the exporter queued before get_ipc_handle(); the host "

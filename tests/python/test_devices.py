@@ -57,7 +57,7 @@ def test_devices_and_the_current_device():
 @pytest.mark.parametrize("bad, error, text", [
     (2, ValueError, "device 2 out of range; the simulator has 2 devices (CAI_SIM_DEVICES=2)"),
     (-1, ValueError, "device -1 out of range"),
-    (2**70, ValueError, "out of range"),
+    (2**70, ValueError, "does not fit in a signed 64-bit integer"),
     (True, TypeError, "got bool"),
     ("0", TypeError, "got str"),
 ])
