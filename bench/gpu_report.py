@@ -107,20 +107,6 @@ def summary_lines(results):
     return lines
 
 
-def replace_block(path, begin, end, lines):
-    """Replaces the part of `path` between the `begin` and `end` markers with `lines` (appends
-    the block when the markers are missing); the rest of the file is kept."""
-    block = "\n".join([begin, "", *lines, "", end])
-    text = open(path).read() if os.path.exists(path) else ""
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + block + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(text)
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", help="steps.tsv written by scripts/gpu-check.sh")
@@ -164,11 +150,11 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     if args.write_docs:
-        replace_block(GPU_DOC, BEGIN, END, lines)
-        if results.get("bench"):
-            sys.path.insert(0, HERE)
-            import gpu_interop
+        sys.path.insert(0, HERE)
+        import gpu_interop  # imports cai: only here, so that the summary needs no cai
 
+        gpu_interop.replace_block(GPU_DOC, BEGIN, END, lines)
+        if results.get("bench"):
             gpu_interop.write_docs(gpu_interop.DOCS, gpu_interop.markdown(results["bench"]))
     return 0
 

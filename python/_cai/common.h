@@ -6,7 +6,9 @@
 
 #include <cxxabi.h>
 
+#include <chrono>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "cai/core/error.h"
@@ -49,7 +51,9 @@ inline bool py_finalizing() noexcept {
 
 /// Parks the calling thread for good: what a thread the interpreter ends at exit does instead
 /// of unwinding (see call_python).
-[[noreturn]] void park_thread();
+[[noreturn]] inline void park_thread() {
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
 
 /// Runs Python code from C++: f calls one C-API function (no C++ object with a destructor
 /// between it and here). Before Python 3.14, a daemon thread that takes the GIL back after

@@ -3,10 +3,8 @@
 
 #include <cxxabi.h>
 
-#include <chrono>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cai/version.h"
@@ -33,10 +31,6 @@ void collect_trace(const std::string& line) {
 namespace {
 unsigned long g_main_thread = 0;  // Python's main thread, read at import
 }  // namespace
-
-void park_thread() {
-  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-}
 
 NoGil::~NoGil() {
   // Only other threads are stopped by the interpreter at exit; the main thread (running

@@ -15,7 +15,7 @@ from distributed.protocol.serialize import dask_deserialize, dask_serialize
 
 from . import _cai
 from ._cai import DeviceNDArray
-from ._scaleout import _host_copy
+from ._host import _host_copy
 
 _registered = False
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import _cai
 from ._cai import DeviceNDArray
+from ._host import _host_copy
 
 if TYPE_CHECKING:  # NumPy is imported on first use, never at `import cai`
     import numpy
@@ -27,14 +28,6 @@ if TYPE_CHECKING:  # NumPy is imported on first use, never at `import cai`
     # The bytes: a PickleBuffer or bytes when pickled; unpickled, any object with the buffer
     # protocol (bytes, bytearray, or what the out-of-band buffers held).
     _HostState = tuple[Any, tuple[int, ...], numpy.dtype[Any], bool]
-
-
-def _host_copy(arr: DeviceNDArray) -> "numpy.ndarray[Any, Any]":
-    """The values of `arr` in a NumPy array, Fortran-ordered when `arr` is (a transposed
-    copy costs nothing more), else C-ordered."""
-    if arr.ndim > 1 and arr.is_f_contiguous() and not arr.is_c_contiguous():
-        return arr.T.copy_to_host().T
-    return arr.copy_to_host()
 
 
 def _host_state(arr: DeviceNDArray, protocol: int) -> "_HostState":
