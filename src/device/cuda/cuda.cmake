@@ -53,10 +53,11 @@ if(_cai_cuda_kernels)
     COMMAND ${CAI_NVCC_EXECUTABLE} --ptx -arch=${CAI_CUDA_PTX_ARCH} -O3 -std=c++20
             ${_cai_ccbin} -I${PROJECT_SOURCE_DIR}/src -I${PROJECT_SOURCE_DIR}/include
             -o ${_cai_nvcc_ptx} ${CMAKE_CURRENT_LIST_DIR}/kernels.cu
-    # The kernels are generated from the tables and run the element functors.
+    # The entries are generated from the tables and wrap the bodies, which run the functors.
     DEPENDS ${CMAKE_CURRENT_LIST_DIR}/kernels.cu
             ${PROJECT_SOURCE_DIR}/src/device/kernels/elementwise.h
             ${PROJECT_SOURCE_DIR}/src/device/kernels/launch.h
+            ${PROJECT_SOURCE_DIR}/src/device/kernels/bodies.h
             ${PROJECT_SOURCE_DIR}/include/cai/device/operations.h
             ${PROJECT_SOURCE_DIR}/include/cai/core/host_device.h
     COMMENT "nvcc: kernels.cu -> PTX (${CAI_CUDA_PTX_ARCH})"

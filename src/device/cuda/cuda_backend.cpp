@@ -89,13 +89,9 @@ using detail::check_range;
 using detail::check_stream_handle;
 using detail::hex;
 using detail::range_text;
-using kernels::DataKernel;
-using kernels::kBlockSize;
 using kernels::KernelParams;
 
 static_assert(CAI_CUDA_MAX_RANK <= max_ndim, "the kernels' rank limit is for merged dims");
-// Enough blocks to fill any current GPU; the kernels loop over the rest (grid-stride).
-constexpr std::int64_t kMaxBlocks = 65535;
 
 std::string version_text(int v) {
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
@@ -324,41 +320,14 @@ const Module& module_for(CUcontext ctx) {
   return *modules.emplace(ctx, std::move(m)).first->second;
 }
 
-// One launch of kernel `index` over K operands at `ptrs` with the merged dims of the operation.
-template <std::size_t K>
-void launch(std::string_view where, const StreamScope& on, int index,
-            const std::array<std::uint64_t, K>& ptrs, const MergedDims<K>& dims, std::int32_t words,
-            const void* value = nullptr, std::size_t value_bytes = 0) {
-  static_assert(K <= CAI_KERNEL_MAX_OPERANDS);
-  if (dims.ndim > CAI_CUDA_MAX_RANK) {
-    throw_error(Errc::not_implemented,
-                std::string(where) + ": " + std::to_string(dims.ndim) +
-                    " dimensions remain after merging contiguous ones; the CUDA kernels take at "
-                    "most " +
-                    std::to_string(CAI_CUDA_MAX_RANK));
-  }
-  KernelParams p{};
-  p.total = 1;
-  p.ndim = dims.ndim;
-  p.words = words;
-  for (int d = 0; d < dims.ndim; ++d) {
-    p.shape[d] = dims.shape[static_cast<std::size_t>(d)];
-    p.total *= p.shape[d];
-  }
-  for (std::size_t k = 0; k < K; ++k) {
-    p.ptr[k] = ptrs[k];
-    for (int d = 0; d < dims.ndim; ++d) {
-      p.strides[k][d] = dims.strides[k][static_cast<std::size_t>(d)];
-    }
-  }
-  if (value_bytes > 0) std::memcpy(p.value, value, value_bytes);
+// One launch as planned (kernels/plan.h).
+void launch(const StreamScope& on, const kernels::LaunchPlan& plan) {
   const Module& m = module_for(on.context);
-  const std::int64_t blocks = std::min((p.total + kBlockSize - 1) / kBlockSize, kMaxBlocks);
+  KernelParams p = plan.params;
   void* args[] = {&p};
-  check(
-      api().launch_kernel(m.fn[static_cast<std::size_t>(index)], static_cast<unsigned int>(blocks),
-                          1, 1, kBlockSize, 1, 1, 0, on.stream, args, nullptr),
-      "cuLaunchKernel");
+  check(api().launch_kernel(m.fn[static_cast<std::size_t>(plan.index)], plan.grid, 1, 1,
+                            plan.block_x, plan.block_y, 1, 0, on.stream, args, nullptr),
+        "cuLaunchKernel");
 }
 
 // The alignment each element type's kernel loads at (complex values load as two parts).
@@ -625,17 +594,8 @@ class CudaBackend final : public Backend {
     // depend on the order the threads run in when it overlaps the destination.
     if (overlap || !kernel_can_access(sinfo, on.device)) sp = stage.in(src.ptr, sr);
     if (!kernel_can_access(dinfo, on.device)) dp = stage.out(dst.ptr, dr, layout.is_dense());
-    const auto dims = kernels::merge_operands<2>({&dst, &src});
-    const std::array<std::uint64_t, 2> ptrs{dp, sp};
-    const int log2 = kernels::word_width_log2<2>(layout.itemsize(), ptrs, dims);
-    const std::int64_t words = layout.itemsize() >> log2;
-    if (words > INT32_MAX) {
-      throw_error(Errc::not_implemented, std::string(where) + ": itemsize " +
-                                             std::to_string(layout.itemsize()) +
-                                             " is too large for the copy kernel");
-    }
-    launch<2>(where, on, kernels::kernel_index(kernels::DataKernel::copy, log2), ptrs, dims,
-              static_cast<std::int32_t>(words));
+    launch(on, kernels::plan_copy(where, dp, sp, kernels::merge_operands<2>({&dst, &src}),
+                                  layout.itemsize()));
     stage.finish();
   }
 
@@ -648,24 +608,14 @@ class CudaBackend final : public Backend {
     if (value == nullptr) {
       throw_error(Errc::value_error, std::string(where) + ": value is a null pointer");
     }
-    const auto itemsize = static_cast<std::size_t>(layout.itemsize());
-    if (itemsize > CAI_KERNEL_VALUE_BYTES) {
-      throw_error(Errc::not_implemented, std::string(where) + ": itemsize " +
-                                             std::to_string(itemsize) +
-                                             " exceeds the CUDA fill kernel's " +
-                                             std::to_string(CAI_KERNEL_VALUE_BYTES) + " bytes");
-    }
     StreamScope on(stream);
     const PointerInfo info = check_memory(where, "dst", dr, false);
     require_kernels(where);
     Staging stage(on);
     std::uint64_t dp = dst.ptr;
     if (!kernel_can_access(info, on.device)) dp = stage.out(dst.ptr, dr, layout.is_dense());
-    const auto dims = kernels::merge_operands<1>({&dst});
-    const std::array<std::uint64_t, 1> ptrs{dp};
-    const int log2 = kernels::word_width_log2<1>(layout.itemsize(), ptrs, dims);
-    launch<1>(where, on, kernels::kernel_index(kernels::DataKernel::fill, log2), ptrs, dims,
-              static_cast<std::int32_t>(itemsize >> log2), value, itemsize);
+    launch(on, kernels::plan_fill(where, dp, kernels::merge_operands<1>({&dst}), layout.itemsize(),
+                                  value));
     stage.finish();
   }
 
@@ -694,15 +644,16 @@ class CudaBackend final : public Backend {
       ptrs[k] = k == 0 ? stage.out(ptrs[k], ranges[k], operands[k].layout.is_dense())
                        : stage.in(ptrs[k], ranges[k]);
     }
-    const int index = kernels::kernel_index(op, type);
     switch (operands.size()) {
       case 2:
-        launch<2>(where, on, index, {ptrs[0], ptrs[1]},
-                  kernels::merge_operands<2>({&operands[0], &operands[1]}), 1);
+        launch(on, kernels::plan_elementwise<2>(
+                       where, op, type, {ptrs[0], ptrs[1]},
+                       kernels::merge_operands<2>({&operands[0], &operands[1]})));
         break;
       case 3:
-        launch<3>(where, on, index, {ptrs[0], ptrs[1], ptrs[2]},
-                  kernels::merge_operands<3>({&operands[0], &operands[1], &operands[2]}), 1);
+        launch(on, kernels::plan_elementwise<3>(
+                       where, op, type, {ptrs[0], ptrs[1], ptrs[2]},
+                       kernels::merge_operands<3>({&operands[0], &operands[1], &operands[2]})));
         break;
       default:
         throw_error(Errc::not_implemented,

@@ -1,95 +1,56 @@
 // The CUDA backend's kernels. Compiled to PTX only (nvcc --ptx) and embedded in the library;
-// the driver JIT-compiles the PTX for whatever GPU it finds. The entry points are generated
-// from the tables (cai/device/operations.h, CAI_DATA_KERNELS in launch.h): one grid-stride
-// loop per family calls the per-element functors of elementwise.h, the same ones the CPU runs.
-// extern "C" keeps the entry names stable for cuModuleGetFunction.
+// the driver JIT-compiles the PTX for whatever GPU it finds. Each entry point wraps a body of
+// bodies.h (the code the CPU grid runner also runs) and is generated from the tables
+// (cai/device/operations.h; CAI_DATA_KERNELS, CAI_WORD_WIDTHS and CAI_KERNEL_VARIANTS in
+// launch.h). extern "C" keeps the entry names stable for cuModuleGetFunction.
 
-#include "device/kernels/elementwise.h"
-#include "device/kernels/launch.h"
+#include "device/kernels/bodies.h"
 
 namespace {
 
-using cai::device::kernels::KernelParams;
 namespace k = cai::device::kernels;
+using k::KernelParams;
 
-__device__ __forceinline__ int64_t first_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-
-__device__ __forceinline__ int64_t grid_stride() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
-
-// The addresses of element `e` (C order) in each of the K operands.
-template <int K>
-__device__ __forceinline__ void element_pointers(const KernelParams& p, int64_t e,
-                                                 char* (&ptr)[K]) {
-  int64_t off[K];
-  for (int k = 0; k < K; ++k) off[k] = 0;
-  for (int d = p.ndim - 1; d >= 0; --d) {
-    const int64_t n = p.shape[d];
-    const int64_t i = e % n;
-    e /= n;
-    for (int k = 0; k < K; ++k) off[k] += i * p.strides[k][d];
-  }
-  for (int k = 0; k < K; ++k)
-    ptr[k] = reinterpret_cast<char*>(p.ptr[k] + static_cast<uint64_t>(off[k]));
-}
-
-// Family 1, data movement: items of `words` W-byte words.
-template <class Kernel, int K, int W>
-__device__ void data_kernel(const KernelParams& p) {
-  const char* value = reinterpret_cast<const char*>(p.value);
-  for (int64_t e = first_index(); e < p.total; e += grid_stride()) {
-    char* ptr[K];
-    element_pointers<K>(p, e, ptr);
-    Kernel::template item<W>(ptr, value, p.words);
+// One thread of an entry: a tiled body runs its two phases around a barrier, with the block's
+// tile in shared memory.
+template <class Body, int W>
+__device__ __forceinline__ void run_entry(const KernelParams& p) {
+  const k::Coord c{blockIdx.x, threadIdx.x, threadIdx.y};
+  if constexpr (Body::tiled) {
+    __shared__ k::word_t<W> tile[k::kTile][k::kTile + 1];
+    Body::template run<0>(p, c, tile);
+    __syncthreads();
+    Body::template run<1>(p, c, tile);
+  } else {
+    Body::template run<0>(p, c, nullptr);
   }
 }
 
-// Family 2, elementwise operations on element values: out = Op(inputs...).
-template <class Op, class T, int N>
-__device__ void elementwise_kernel(const KernelParams& p) {
-  if constexpr (k::supports<Op, T, N>) {
-    for (int64_t e = first_index(); e < p.total; e += grid_stride()) {
-      char* ptr[N + 1];
-      element_pointers<N + 1>(p, e, ptr);
-      k::apply_element<Op, T, N>(ptr[0], ptr + 1);
-    }
-  }
-  // Unsupported pairs keep an (empty) entry so that every name exists; the host refuses them.
-}
-
-}  // namespace
-
-// The operand count of each data-movement kernel and the input count of each operation, by
-// name, for the entries below.
-namespace {
-#define CAI_DATA_OPERANDS(ctx, kernel, operands) constexpr int operands_##kernel = operands;
-CAI_DATA_KERNELS(CAI_DATA_OPERANDS, _)
-#define CAI_OP_INPUTS(ctx, op, inputs, summary) constexpr int inputs_##op = inputs;
-CAI_ELEMENTWISE_OPS(CAI_OP_INPUTS, _)
 }  // namespace
 
 #define CAI_BOUNDS __launch_bounds__(cai::device::kernels::kBlockSize)
 
 extern "C" {
 
-// cai_copy_1 ... cai_fill_16
-#define CAI_DATA_ENTRY(kernel, bytes, log2)                           \
-  __global__ void CAI_BOUNDS cai_##kernel##_##bytes(KernelParams p) { \
-    data_kernel<k::data::kernel, operands_##kernel, bytes>(p);        \
+// cai_copy_1_strided32 ... cai_fill_16_tile
+#define CAI_DATA_ENTRY(kernel, bytes, variant)                                    \
+  __global__ void CAI_BOUNDS cai_##kernel##_##bytes##_##variant(KernelParams p) { \
+    run_entry<CAI_DATA_BODY(kernel, bytes, variant), bytes>(p);                   \
   }
-#define CAI_DATA_ENTRIES(ctx, kernel, operands) CAI_WORD_WIDTHS(CAI_DATA_ENTRY, kernel)
+#define CAI_DATA_WIDTH_ENTRIES(kernel, bytes, log2) \
+  CAI_KERNEL_VARIANTS(CAI_DATA_ENTRY, kernel, bytes)
+#define CAI_DATA_ENTRIES(ctx, kernel, operands) CAI_WORD_WIDTHS(CAI_DATA_WIDTH_ENTRIES, kernel)
 CAI_DATA_KERNELS(CAI_DATA_ENTRIES, _)
 
-// cai_add_b8 ... cai_add_c128
-#define CAI_ELEMENTWISE_ENTRY(op, type, kind, value)             \
-  __global__ void CAI_BOUNDS cai_##op##_##type(KernelParams p) { \
-    elementwise_kernel<k::ops::op, value, inputs_##op>(p);       \
+// cai_add_b8_strided32 ... cai_add_c128_tile
+#define CAI_ELEMENTWISE_ENTRY(op, type, variant)                             \
+  __global__ void CAI_BOUNDS cai_##op##_##type##_##variant(KernelParams p) { \
+    run_entry<CAI_ELEMENTWISE_BODY(op, type, variant), 1>(p);                \
   }
+#define CAI_ELEMENTWISE_TYPE_ENTRIES(op, type, kind, value) \
+  CAI_KERNEL_VARIANTS(CAI_ELEMENTWISE_ENTRY, op, type)
 #define CAI_ELEMENTWISE_ENTRIES(ctx, op, inputs, summary) \
-  CAI_ELEMENT_TYPES(CAI_ELEMENTWISE_ENTRY, op)
+  CAI_ELEMENT_TYPES(CAI_ELEMENTWISE_TYPE_ENTRIES, op)
 CAI_ELEMENTWISE_OPS(CAI_ELEMENTWISE_ENTRIES, _)
 
 }  // extern "C"

@@ -105,9 +105,9 @@ void cpu_fill(const Operand& dst, const void* value) {
 
 void cpu_elementwise(ElementwiseOp op, ElementType type, std::span<const Operand> operands) {
   if (operands.empty() || operands[0].layout.size() == 0) return;
-  switch (kernel_index(op, type)) {
-#define CAI_TYPE_CASE(op, type, kind, value)               \
-  case kernel_index(ElementwiseOp::op, ElementType::type): \
+  switch (kernel_index(op, type, Variant::strided64)) {  // one case per (op, type)
+#define CAI_TYPE_CASE(op, type, kind, value)                                   \
+  case kernel_index(ElementwiseOp::op, ElementType::type, Variant::strided64): \
     return run_elementwise<ops::op, value, info(ElementwiseOp::op).inputs>(operands);
 #define CAI_OP_CASES(ctx, op, inputs, summary) CAI_ELEMENT_TYPES(CAI_TYPE_CASE, op)
     CAI_ELEMENTWISE_OPS(CAI_OP_CASES, _)

@@ -57,10 +57,13 @@ TEST(cpu_kernels, table) {
   }
   EXPECT_FALSE(cai::device::detail::supported(ElementwiseOp::add, static_cast<ElementType>(99)));
   // The kernels' entry names follow the tables.
-  EXPECT_EQ(kernel_names[kernel_index(DataKernel::copy, 0)], "cai_copy_1");
-  EXPECT_EQ(kernel_names[kernel_index(DataKernel::fill, 4)], "cai_fill_16");
-  EXPECT_EQ(kernel_names[kernel_index(ElementwiseOp::add, ElementType::b8)], "cai_add_b8");
-  EXPECT_EQ(kernel_names[kernel_index(ElementwiseOp::add, ElementType::c128)], "cai_add_c128");
+  EXPECT_EQ(kernel_names[kernel_index(DataKernel::copy, 0, Variant::strided32)],
+            "cai_copy_1_strided32");
+  EXPECT_EQ(kernel_names[kernel_index(DataKernel::fill, 4, Variant::tile)], "cai_fill_16_tile");
+  EXPECT_EQ(kernel_names[kernel_index(ElementwiseOp::add, ElementType::b8, Variant::contiguous)],
+            "cai_add_b8_contiguous");
+  EXPECT_EQ(kernel_names[kernel_index(ElementwiseOp::add, ElementType::c128, Variant::strided64)],
+            "cai_add_c128_strided64");
   EXPECT_EQ(std::size(kernel_names), static_cast<std::size_t>(kernel_count));
 }
 
