@@ -4,7 +4,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
-#include <cstdio>
 #include <string>
 
 #include "cai/core/error.h"
@@ -25,11 +24,9 @@ nb::object named_stream(StreamHandle h) {
 }
 
 std::string handle_repr(StreamHandle h) {
-  if (h == device::kLegacyDefaultStream) return "<cai.Stream legacy default (1)>";
-  if (h == device::kPerThreadDefaultStream) return "<cai.Stream per-thread default (2)>";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "<cai.Stream 0x%llx>", static_cast<unsigned long long>(h));
-  return buf;
+  std::string text = device::stream_text(h);
+  if (text.starts_with("stream ")) text.erase(0, 7);  // <cai.Stream 0x...>
+  return "<cai.Stream " + text + ">";
 }
 
 // An integer stream handle, under the integer policy (docs/python.md).

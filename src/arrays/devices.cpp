@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <string>
 
 #include "cai/arrays/ops.h"
@@ -26,14 +25,6 @@ int device_memory_of(const View& v) {
 
 bool is_default(device::StreamHandle s) {
   return s == device::kLegacyDefaultStream || s == device::kPerThreadDefaultStream;
-}
-
-std::string stream_text(device::StreamHandle s) {
-  if (s == device::kLegacyDefaultStream) return "the legacy default stream";
-  if (s == device::kPerThreadDefaultStream) return "the per-thread default stream";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "stream 0x%llx", static_cast<unsigned long long>(s));
-  return buf;
 }
 
 // Makes `waiter` (on waiter_device) wait for the work queued so far on `producer` (on
@@ -118,11 +109,11 @@ OperationDevice::OperationDevice(const char* entry, std::span<const NamedView> o
     if (device < 0) {
       device = sd;
     } else if (sd != device) {
-      throw_error(Errc::value_error, std::string(entry) + ": " + stream_text(stream.handle) +
-                                         " belongs to device " + std::to_string(sd) + " but " +
-                                         first + " is on device " + std::to_string(device) +
-                                         "; pass a stream of device " + std::to_string(device) +
-                                         " (or 0 for its default stream)");
+      throw_error(Errc::value_error,
+                  std::string(entry) + ": " + device::stream_text(stream.handle) +
+                      " belongs to device " + std::to_string(sd) + " but " + first +
+                      " is on device " + std::to_string(device) + "; pass a stream of device " +
+                      std::to_string(device) + " (or 0 for its default stream)");
     }
   }
   if (device >= 0) guard_.emplace(device);
@@ -137,12 +128,12 @@ bool copy_between_devices(const View& dst, const View& src, const sync::StreamRe
   if (!is_default(stream.handle)) {
     const int wd = backend.stream_device(stream.handle);
     if (wd != dd) {
-      throw_error(Errc::value_error, std::string(entry) + ": " + stream_text(stream.handle) +
-                                         " belongs to device " + std::to_string(wd) +
-                                         " but a copy from device " + std::to_string(sd) +
-                                         " runs on the destination's device " + std::to_string(dd) +
-                                         "; pass a stream of device " + std::to_string(dd) +
-                                         " (or 0 for its default stream)");
+      throw_error(Errc::value_error,
+                  std::string(entry) + ": " + device::stream_text(stream.handle) +
+                      " belongs to device " + std::to_string(wd) + " but a copy from device " +
+                      std::to_string(sd) + " runs on the destination's device " +
+                      std::to_string(dd) + "; pass a stream of device " + std::to_string(dd) +
+                      " (or 0 for its default stream)");
     }
   }
   const DeviceGuard on(dd);

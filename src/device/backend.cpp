@@ -1,4 +1,5 @@
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -29,6 +30,14 @@ std::unique_ptr<Backend> select_backend(std::string_view env_value) {
 namespace {
 std::atomic<bool> g_exiting{false};
 }  // namespace
+
+std::string stream_text(StreamHandle s) {
+  if (s == kLegacyDefaultStream) return "legacy default stream (1)";
+  if (s == kPerThreadDefaultStream) return "per-thread default stream (2)";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "stream 0x%llx", static_cast<unsigned long long>(s));
+  return buf;
+}
 
 void set_exiting() noexcept {
   g_exiting.store(true, std::memory_order_relaxed);

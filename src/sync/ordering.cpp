@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <vector>
 
 namespace cai::sync {
@@ -12,14 +11,6 @@ using device::EventHandle;
 namespace {
 
 std::atomic<TraceFn> g_trace{nullptr};
-
-std::string stream_name(StreamHandle s) {
-  if (s == device::kLegacyDefaultStream) return "legacy default stream (1)";
-  if (s == device::kPerThreadDefaultStream) return "per-thread default stream (2)";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "stream 0x%llx", static_cast<unsigned long long>(s));
-  return buf;
-}
 
 // One event per thread and device, re-recorded for every ordering: a stream wait captures the
 // event's most recent record at the time of the call, so reuse is safe and saves a create.
@@ -69,7 +60,8 @@ EventHandle scratch_event(device::Backend& backend, StreamHandle stream) {
 
 void trace_wait(StreamHandle waiter, StreamHandle producer) {
   if (TraceFn trace = g_trace.load(std::memory_order_relaxed))
-    trace(stream_name(waiter) + " waits for an event recorded on " + stream_name(producer));
+    trace(device::stream_text(waiter) + " waits for an event recorded on " +
+          device::stream_text(producer));
 }
 
 }  // namespace

@@ -26,6 +26,10 @@ using StreamHandle = std::uint64_t;
 inline constexpr StreamHandle kLegacyDefaultStream = 1;
 inline constexpr StreamHandle kPerThreadDefaultStream = 2;
 
+/// A stream in messages and traces: "legacy default stream (1)", "per-thread default stream
+/// (2)" or "stream 0x...".
+std::string stream_text(StreamHandle s);
+
 /// An event created by a Backend (a CUevent, or a simulator event).
 using EventHandle = std::uint64_t;
 
