@@ -187,6 +187,24 @@ void bind_device(nb::module_& m) {
   sim.def(
       "set_race_detection", [](bool on) { device::sim::set_race_detection(on); }, nb::arg("on"));
   sim.def("race_detection", [] { return device::sim::race_detection(); });
+  sim.def(
+      "call_counts",
+      [] {
+        const device::sim::CallCounts c = device::sim::call_counts();
+        nb::dict d;
+        d["event_record"] = c.event_record;
+        d["stream_wait_event"] = c.stream_wait_event;
+        d["event_create"] = c.event_create;
+        d["pointer_info"] = c.pointer_info;
+        d["stream_synchronize"] = c.stream_synchronize;
+        return d;
+      },
+      nb::sig("def call_counts() -> dict[str, int]"),
+      "How often the calls a GPU charges for ran since reset_call_counts(): event_record, "
+      "stream_wait_event, event_create, pointer_info, stream_synchronize.");
+  sim.def(
+      "reset_call_counts", [] { device::sim::reset_call_counts(); },
+      "Sets every count of call_counts() back to 0.");
 }
 
 }  // namespace cai::python

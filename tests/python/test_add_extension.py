@@ -90,6 +90,19 @@ def test_correct_ordering_is_not_a_race():
     np.testing.assert_array_equal(y.copy_to_host(), np.full(1000, 4.0))
 
 
+def test_foreign_arrays_on_the_work_stream_cost_no_event_and_no_wait():
+    # The caster imports a foreign CAI v3 object without touching the device; the launch on the
+    # producer's own stream needs no ordering at all (the CAI's intended elision).
+    s = cai.stream()
+    x, _ = pending_fill(s, 1000, np.float64, 2.0, delay=0.0)
+    y = cai.device_array(1000, dtype=np.float64, stream=s)
+    cai.sim.reset_call_counts()
+    _add_ext.add(Producer(x), Producer(x), y, stream=s)
+    counts = cai.sim.call_counts()
+    assert (counts["event_record"], counts["stream_wait_event"]) == (0, 0), counts
+    np.testing.assert_array_equal(y.copy_to_host(), np.full(1000, 4.0))
+
+
 def test_writing_while_the_kernel_reads_is_a_race():
     # The kernel declares its reads; a host write to an input before it ran is caught.
     s = cai.stream()

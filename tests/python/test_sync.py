@@ -189,6 +189,57 @@ def test_config_default_comes_from_the_environment(value, expected):
     assert r.stdout.strip() == str(expected)
 
 
+# ------------------------------------------------------------------- what an import costs
+
+COST_KEYS = ("event_record", "stream_wait_event", "pointer_info", "stream_synchronize")
+
+
+def costs():
+    c = cai.sim.call_counts()
+    cai.sim.reset_call_counts()
+    return {k: c[k] for k in COST_KEYS}
+
+
+NOTHING = dict.fromkeys(COST_KEYS, 0)
+
+
+@pytest.mark.parametrize("how", ["as_cuda_array", "from_cuda_array_interface", "Array",
+                                 "ops argument"])
+def test_an_import_costs_nothing_and_the_producers_stream_waits_for_nothing(streams, how):
+    """CAI v3: the import records no event and waits for nothing; work on the producer's own
+    stream needs no wait at all (the elision the CAI text names)."""
+    A, B = streams
+    x = cai.device_array(N, dtype=np.float32, stream=A)
+    cai.ops.fill(x, 1.0)
+    p = Producer(x)
+    costs()
+    if how == "as_cuda_array":
+        y = cai.as_cuda_array(p)
+    elif how == "from_cuda_array_interface":
+        y = cai.from_cuda_array_interface(p.__cuda_array_interface__, owner=p)
+    elif how == "Array":
+        y = cai.Array(p)
+    else:
+        y = p  # imported inside the operation
+    if how != "ops argument":
+        assert costs() == NOTHING
+    cai.ops.fill(y, 2.0, stream=A)
+    assert costs() == NOTHING
+    np.testing.assert_array_equal(x.copy_to_host(stream=A), np.full(N, 2.0, np.float32))
+
+
+def test_work_on_another_stream_costs_one_wait_before_and_one_after(streams):
+    A, B = streams
+    x = cai.device_array(N, dtype=np.float32, stream=A)
+    cai.ops.fill(x, 1.0)
+    out = cai.device_array(N, dtype=np.float32, stream=B)
+    a, b = cai.as_cuda_array(Producer(x)), cai.as_cuda_array(Producer(x))
+    costs()
+    cai.ops.add(a, b, out, stream=B)  # two inputs on one producer stream: one wait each way
+    assert costs() == dict(NOTHING, event_record=2, stream_wait_event=2)
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 2.0, np.float32))
+
+
 def test_later_producer_work_cannot_overtake_the_consumer(streams):
     A, B = streams
     x = cai.device_array(N, dtype=np.float32, stream=A)

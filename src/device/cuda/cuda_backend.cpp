@@ -21,6 +21,7 @@
 #include <array>
 #include <bit>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <mutex>
@@ -31,6 +32,7 @@
 
 #include "device/checks.h"
 #include "device/cuda/driver.h"
+#include "device/cuda/foreign_ranges.h"
 #include "device/kernels/plan.h"
 #endif
 
@@ -387,6 +389,11 @@ class AllocationCache {
   std::map<std::uint64_t, Entry> entries_;
 };
 
+std::size_t foreign_range_capacity() {
+  const char* env = std::getenv("CAI_CUDA_POINTER_CACHE");
+  return env != nullptr && std::string_view(env) == "0" ? 0 : 1024;
+}
+
 class CudaBackend final : public Backend {
  public:
   std::string_view name() const override { return "cuda"; }
@@ -487,6 +494,7 @@ class CudaBackend final : public Backend {
 
   PointerInfo pointer_info(std::uint64_t ptr) override {
     if (std::optional<PointerInfo> known = cache_.find(ptr)) return *known;
+    if (std::optional<PointerInfo> known = foreign_.find(ptr)) return *known;
     PointerInfo info = query_pointer(ptr);
     if (info.kind != MemoryKind::unregistered && info.alloc_size == 0) {
       // No range attribute for this memory: ask for the allocation's range directly.
@@ -497,6 +505,7 @@ class CudaBackend final : public Backend {
         info.alloc_size = size;
       }
     }
+    foreign_.add(info);
     return info;
   }
 
@@ -809,6 +818,7 @@ class CudaBackend final : public Backend {
     // wait for cuIpcCloseMemHandle, so wait for the context here.
     check(api().ctx_synchronize(), "cuCtxSynchronize");
     check(api().ipc_close_mem_handle(base), "cuIpcCloseMemHandle");
+    foreign_.forget(base, std::max<std::uint64_t>(info.alloc_size, 1));
   }
 
   EventHandle ipc_event_create() override {
@@ -859,7 +869,7 @@ class CudaBackend final : public Backend {
   // backend (device, pinned_host or managed) within one live allocation; `host` operands may
   // also be pageable host memory. Returns what the memory is. Needs a current context.
   PointerInfo check_memory(std::string_view where, std::string_view name, const ByteRange& r,
-                           bool host) {
+                           bool host, bool asked_again = false) {
     if (r.empty()) return {};
     const std::string what = std::string(where) + ": " + std::string(name) + " " + range_text(r);
     const PointerInfo info = pointer_info(r.lo);
@@ -881,6 +891,11 @@ class CudaBackend final : public Backend {
     }
     const ByteRange alloc{info.alloc_base, info.alloc_base + info.alloc_size};
     if (info.alloc_size != 0 && !alloc.contains(r)) {
+      if (!asked_again && !cache_.find(r.lo)) {
+        // A remembered foreign range may be stale (freed, its addresses reused): ask again.
+        foreign_.forget(info.alloc_base, info.alloc_size);
+        return check_memory(where, name, r, host, true);
+      }
       throw_error(Errc::device_error,
                   what + " runs past the end of its allocation " + range_text(alloc));
     }
@@ -888,6 +903,10 @@ class CudaBackend final : public Backend {
   }
 
   AllocationCache cache_;
+  // Memory of other libraries' pools, as the driver described it; CAI_CUDA_POINTER_CACHE=0
+  // asks the driver at every use instead (to catch a use after the owner returned the memory
+  // to the driver, at about a microsecond per operand).
+  ForeignRanges foreign_{foreign_range_capacity()};
 };
 
 }  // namespace
