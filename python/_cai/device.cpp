@@ -190,13 +190,16 @@ void bind_device(nb::module_& m) {
   sim.def(
       "call_counts",
       [] {
-        const device::sim::CallCounts c = device::sim::call_counts();
+        using C = device::sim::CallCounts;
+        static constexpr std::pair<const char*, std::uint64_t C::*> fields[] = {
+            {"event_record", &C::event_record},
+            {"stream_wait_event", &C::stream_wait_event},
+            {"event_create", &C::event_create},
+            {"pointer_info", &C::pointer_info},
+            {"stream_synchronize", &C::stream_synchronize}};
+        const C c = device::sim::call_counts();
         nb::dict d;
-        d["event_record"] = c.event_record;
-        d["stream_wait_event"] = c.stream_wait_event;
-        d["event_create"] = c.event_create;
-        d["pointer_info"] = c.pointer_info;
-        d["stream_synchronize"] = c.stream_synchronize;
+        for (const auto& [name, field] : fields) d[name] = c.*field;
         return d;
       },
       nb::sig("def call_counts() -> dict[str, int]"),
