@@ -240,15 +240,21 @@ def test_work_on_another_stream_costs_one_wait_before_and_one_after(streams):
     np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 2.0, np.float32))
 
 
-def test_later_producer_work_cannot_overtake_the_consumer(streams):
-    A, B = streams
+def slow_consumer(A, B):
+    """x (2.0) on the producer's stream A; y (1.0) and out on B, which is then slow."""
     x = cai.device_array(N, dtype=np.float32, stream=A)
     cai.ops.fill(x, 2.0)
     y = cai.device_array(N, dtype=np.float32, stream=B)
     cai.ops.fill(y, 1.0)
     out = cai.device_array(N, dtype=np.float32, stream=B)
     cai.synchronize()
-    cai.sim.delay(B, 0.3)  # the consumer is slow
+    cai.sim.delay(B, 0.3)
+    return x, y, out
+
+
+def test_later_producer_work_cannot_overtake_the_consumer(streams):
+    A, B = streams
+    x, y, out = slow_consumer(A, B)
     imported = cai.as_cuda_array(Producer(x))
     cai.ops.add(imported, y, out, stream=B)  # reads x on B
     cai.ops.fill(x, 100.0, stream=A)  # the producer writes x on A: no RaceError, A waited for B
@@ -258,12 +264,7 @@ def test_later_producer_work_cannot_overtake_the_consumer(streams):
 
 def test_later_producer_work_overtakes_without_sync(streams):
     A, B = streams
-    x = cai.device_array(N, dtype=np.float32, stream=A)
-    cai.ops.fill(x, 2.0)
-    y = cai.device_array(N, dtype=np.float32, stream=B)
-    out = cai.device_array(N, dtype=np.float32, stream=B)
-    cai.synchronize()
-    cai.sim.delay(B, 0.3)
+    x, y, out = slow_consumer(A, B)
     imported = cai.as_cuda_array(Producer(x), sync=False)
     cai.ops.add(imported, y, out, stream=B)  # nothing orders A and B
     with pytest.raises(cai.RaceError):
