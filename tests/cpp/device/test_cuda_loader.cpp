@@ -22,6 +22,7 @@
 #include "device/kernels/cpu.h"
 #include "device/kernels/elementwise.h"
 #include "device/kernels/launch.h"
+#include "kernel_cases.h"
 #include "test_sim_util.h"
 
 namespace {
@@ -309,6 +310,60 @@ TEST_F(cuda_backend_test, strided_copies_match_host_reference) {
       for (bool sd : {true, false}) run_strided(*be_, stream_, c, dd, sd, allocs_);
     }
   }
+}
+
+// The cases the CPU grid runner checks the kernel bodies with (kernel_cases.h), on the GPU:
+// each host buffer goes to device memory at the same offsets (so the same alignment), the
+// backend runs the operation, and the buffers come back.
+struct DeviceExecutor final : kernels::test::Executor {
+  Backend& be;
+  StreamHandle stream;
+  DeviceExecutor(Backend& b, StreamHandle s) : be(b), stream(s) {}
+
+  template <class F>
+  void on_device(std::span<kernels::test::Buffer* const> buffers, std::span<Operand> ops, F run) {
+    std::vector<std::uint64_t> dev;
+    for (auto* b : buffers) {
+      dev.push_back(be.alloc(MemoryKind::device, b->size()));
+      be.copy_async(dev.back(), b->base(), b->size(), stream);
+    }
+    for (Operand& o : ops) {
+      for (std::size_t i = 0; i < buffers.size(); ++i) {
+        if (o.ptr >= buffers[i]->base() && o.ptr < buffers[i]->base() + buffers[i]->size()) {
+          o.ptr = o.ptr - buffers[i]->base() + dev[i];
+          break;
+        }
+      }
+    }
+    run();
+    be.copy_async(buffers[0]->base(), dev[0], buffers[0]->size(), stream);  // the output
+    be.stream_synchronize(stream);
+    for (std::uint64_t d : dev) be.free(d);
+  }
+  void copy(const Operand& dst, const Operand& src,
+            std::span<kernels::test::Buffer* const> buffers) override {
+    Operand ops[] = {dst, src};
+    on_device(buffers, ops, [&] { be.copy_strided_async(ops[0], ops[1], stream); });
+  }
+  void fill(const Operand& dst, const void* value,
+            std::span<kernels::test::Buffer* const> buffers) override {
+    Operand ops[] = {dst};
+    on_device(buffers, ops, [&] { be.fill_async(ops[0], value, stream); });
+  }
+  void add(ElementType type, std::span<const Operand> operands,
+           std::span<kernels::test::Buffer* const> buffers) override {
+    std::vector<Operand> ops(operands.begin(), operands.end());
+    on_device(buffers, ops, [&] { be.elementwise_async(ElementwiseOp::add, type, ops, stream); });
+  }
+};
+
+TEST_F(cuda_backend_test, kernel_cases_of_the_cpu_grid_runner) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+  DeviceExecutor ex(*be_, stream_);
+  kernels::test::copy_cases(ex);
+  kernels::test::fill_cases(ex);
+  for (int t = 0; t < element_type_count; ++t)
+    kernels::test::add_cases(ex, static_cast<ElementType>(t));
 }
 
 TEST_F(cuda_backend_test, overlapping_strided_copy_reads_source_first) {

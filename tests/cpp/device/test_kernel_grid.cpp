@@ -15,6 +15,7 @@
 #include "device/kernels/cpu.h"
 #include "device/kernels/plan.h"
 #include "grid_runner.h"
+#include "kernel_cases.h"
 #include "test_sim_util.h"
 
 namespace cai::device::kernels {
@@ -23,73 +24,41 @@ namespace {
 using cai::device::test::addr;
 using test::run_on_cpu;
 
-// A host buffer of random bytes, 16-byte aligned.
-struct Buffer {
-  std::vector<Word16> words;
-  explicit Buffer(std::size_t bytes, unsigned seed) : words(bytes / 16 + 2) {
-    std::mt19937 gen(seed);
-    auto* b = reinterpret_cast<unsigned char*>(words.data());
-    for (std::size_t i = 0; i < words.size() * 16; ++i) b[i] = static_cast<unsigned char>(gen());
+// The grid runner as the executor of the shared cases.
+struct GridExecutor final : test::Executor {
+  void copy(const Operand& dst, const Operand& src, std::span<test::Buffer* const>) override {
+    run_on_cpu(plan_copy("copy", dst.ptr, src.ptr, merge_operands<2>({&dst, &src}),
+                         dst.layout.itemsize()));
   }
-  std::uint64_t at(std::int64_t offset) const { return addr(words.data()) + offset; }
-  bool operator==(const Buffer& o) const {
-    return std::memcmp(words.data(), o.words.data(), words.size() * 16) == 0;
+  void fill(const Operand& dst, const void* value, std::span<test::Buffer* const>) override {
+    run_on_cpu(plan_fill("fill", dst.ptr, merge_operands<1>({&dst}), dst.layout.itemsize(), value));
+  }
+  void add(ElementType type, std::span<const Operand> o, std::span<test::Buffer* const>) override {
+    run_on_cpu(plan_elementwise<3>("add", ElementwiseOp::add, type, {o[0].ptr, o[1].ptr, o[2].ptr},
+                                   merge_operands<3>({&o[0], &o[1], &o[2]})));
   }
 };
-
-// A 2-D layout kind over (n0, n1) items of s bytes: its strides and where item [0, 0] is.
-struct Kind2 {
-  std::string name;
-  Dims strides;
-  std::int64_t start;
-};
-Kind2 kind2(const std::string& name, std::int64_t n0, std::int64_t n1, std::int64_t s) {
-  if (name == "C") return {name, {n1 * s, s}, 0};
-  if (name == "F") return {name, {s, n0 * s}, 0};
-  if (name == "reversed") {  // both axes, as a[::-1, ::-1] of a C array
-    return {name, {-n1 * s, -s}, std::max<std::int64_t>(0, (n0 * n1 - 1) * s)};
-  }
-  if (name == "stepped") return {name, {2 * n1 * s, 2 * s}, 0};  // every 2nd column
-  return {name, {(n1 + 3) * s, s}, 0};                           // "padded" rows
-}
-constexpr std::int64_t footprint(std::int64_t n0, std::int64_t n1, std::int64_t s) {
-  return 2 * (n0 + 1) * (n1 + 3) * s + 64;  // enough for every kind and offset
-}
-
-Operand operand2(const Buffer& b, std::int64_t offset, const Kind2& k, std::int64_t n0,
-                 std::int64_t n1, std::int64_t s) {
-  return {b.at(offset + k.start), Layout(Dims{n0, n1}, k.strides, s), false};
-}
-
-const std::vector<std::pair<std::int64_t, std::int64_t>> kShapes = {
-    {33, 65}, {64, 64}, {1, 1}, {31, 1}, {1, 40}, {0, 5}, {17, 200}};
 
 TEST(kernel_grid, copy_every_layout_size_and_alignment) {
-  for (auto [n0, n1] : kShapes)
-    for (std::int64_t s : {1, 2, 4, 8, 12, 16})
-      for (std::int64_t off : {0, 1, 4, 8})
-        for (const char* d : {"C", "F", "stepped", "padded"})
-          for (const char* r : {"C", "F", "reversed", "stepped"}) {
-            const std::int64_t bytes = footprint(n0, n1, s);
-            Buffer src(static_cast<std::size_t>(bytes), 1),
-                want(static_cast<std::size_t>(bytes), 2), got = want;
-            const Kind2 dk = kind2(d, n0, n1, s), sk = kind2(r, n0, n1, s);
-            const Operand so = operand2(src, off, sk, n0, n1, s);
-            cpu_copy(operand2(want, off, dk, n0, n1, s), so);
-            const Operand go = operand2(got, off, dk, n0, n1, s);
-            if (n0 * n1 > 0) {
-              run_on_cpu(plan_copy("copy", go.ptr, so.ptr, merge_operands<2>({&go, &so}), s));
-            }
-            ASSERT_TRUE(got == want) << n0 << "x" << n1 << " itemsize " << s << " offset " << off
-                                     << ": " << d << " <- " << r;
-          }
+  GridExecutor ex;
+  test::copy_cases(ex);
+}
+
+TEST(kernel_grid, fill_every_layout_size_and_alignment) {
+  GridExecutor ex;
+  test::fill_cases(ex);
+}
+
+TEST(kernel_grid, add_every_type_and_layout) {
+  GridExecutor ex;
+  for (int t = 0; t < element_type_count; ++t) test::add_cases(ex, static_cast<ElementType>(t));
 }
 
 TEST(kernel_grid, copy_plans) {
-  Buffer a(64 * 64 * 4 + 64, 1), b(64 * 64 * 4 + 64, 2);
+  test::Buffer a(64 * 64 * 4 + 64, 1), b(64 * 64 * 4 + 64, 2);
   auto plan = [&](const char* d, const char* r, std::int64_t off = 0) {
-    const Operand x = operand2(a, off, kind2(d, 64, 64, 4), 64, 64, 4);
-    const Operand y = operand2(b, off, kind2(r, 64, 64, 4), 64, 64, 4);
+    const Operand x = test::operand2(a, off, d, 64, 64, 4);
+    const Operand y = test::operand2(b, off, r, 64, 64, 4);
     return plan_copy("copy", x.ptr, y.ptr, merge_operands<2>({&x, &y}), 4);
   };
   // A transpose goes through the shared-memory tile, 32x8 threads per 32x32 tile.
@@ -109,27 +78,8 @@ TEST(kernel_grid, copy_plans) {
   EXPECT_EQ(plan("C", "reversed").variant, Variant::strided32);
 }
 
-TEST(kernel_grid, fill_every_layout_size_and_alignment) {
-  for (std::int64_t n : {1, 7, 64, 1001})
-    for (std::int64_t s : {1, 2, 3, 4, 8, 12, 16, 24})
-      for (std::int64_t off : {0, 1, 2, 4, 8})
-        for (const char* k : {"C", "stepped", "padded", "reversed"}) {
-          const std::int64_t n0 = 3, bytes = footprint(n0, n, s);
-          Buffer want(static_cast<std::size_t>(bytes), 3), got = want;
-          std::vector<unsigned char> value(static_cast<std::size_t>(s));
-          for (std::size_t i = 0; i < value.size(); ++i)
-            value[i] = static_cast<unsigned char>(0xa0 + i);
-          const Kind2 kk = kind2(k, n0, n, s);
-          cpu_fill(operand2(want, off, kk, n0, n, s), value.data());
-          const Operand go = operand2(got, off, kk, n0, n, s);
-          run_on_cpu(plan_fill("fill", go.ptr, merge_operands<1>({&go}), s, value.data()));
-          ASSERT_TRUE(got == want)
-              << n0 << "x" << n << " itemsize " << s << " offset " << off << " " << k;
-        }
-}
-
 TEST(kernel_grid, fill_plans_wide_words) {
-  Buffer b(4096 + 64, 1);
+  test::Buffer b(4096 + 64, 1);
   const float one = 1.0f;
   auto name = [&](std::int64_t off, std::int64_t n) {
     const Operand o{b.at(off), Layout::c_contiguous(Dims{n}, 4), false};
@@ -141,42 +91,19 @@ TEST(kernel_grid, fill_plans_wide_words) {
   EXPECT_EQ(name(0, 1001), "cai_fill_4_contiguous");
 }
 
-template <class T>
-void check_add(ElementType type) {
-  for (std::int64_t n : {1, 7, 64, 1001})
-    for (std::int64_t off : {std::int64_t{0}, static_cast<std::int64_t>(sizeof(T))})
-      for (const char* layout : {"dense", "2-D, b transposed", "2-D, stepped out"}) {
-        const auto s = static_cast<std::int64_t>(sizeof(T));
-        const std::int64_t n0 = layout[0] == 'd' ? 1 : 3, bytes = footprint(n0, n, s);
-        Buffer a(static_cast<std::size_t>(bytes), 4), bb(static_cast<std::size_t>(bytes), 5),
-            want(static_cast<std::size_t>(bytes), 6), got = want;
-        const Kind2 ck = kind2("C", n0, n, s);
-        const Kind2 bk = layout[5] == 'b' ? kind2("F", n0, n, s) : ck;
-        const Kind2 ok = layout[5] == 's' ? kind2("stepped", n0, n, s) : ck;
-        auto ops = [&](const Buffer& out) {
-          return std::array<Operand, 3>{operand2(out, off, ok, n0, n, s),
-                                        operand2(a, off, ck, n0, n, s),
-                                        operand2(bb, off, bk, n0, n, s)};
-        };
-        cpu_elementwise(ElementwiseOp::add, type, ops(want));
-        const auto g = ops(got);
-        const LaunchPlan plan =
-            plan_elementwise<3>("add", ElementwiseOp::add, type, {g[0].ptr, g[1].ptr, g[2].ptr},
-                                merge_operands<3>({&g[0], &g[1], &g[2]}));
-        if (layout[0] == 'd') {
-          EXPECT_EQ(plan.variant, off % 16 == 0 ? Variant::contiguous : Variant::strided32)
-              << info(type).name;
-        }
-        run_on_cpu(plan);
-        ASSERT_TRUE(got == want) << info(type).name << " n " << n << " offset " << off << " "
-                                 << layout;
-      }
-}
-
-TEST(kernel_grid, add_every_type_and_layout) {
-#define CAI_TEST_TYPE(ctx, name, kind, value) check_add<value>(ElementType::name);
-  CAI_ELEMENT_TYPES(CAI_TEST_TYPE, _)
-#undef CAI_TEST_TYPE
+TEST(kernel_grid, add_plans) {
+  // Dense and 16-byte aligned: the vector path; otherwise one element per thread.
+  test::Buffer b(4096, 1);
+  auto variant = [&](std::int64_t off, ElementType type, std::int64_t size) {
+    const Operand o{b.at(off), Layout::c_contiguous(Dims{100}, size), false};
+    return plan_elementwise<3>("add", ElementwiseOp::add, type, {o.ptr, o.ptr, o.ptr},
+                               merge_operands<3>({&o, &o, &o}))
+        .variant;
+  };
+  EXPECT_EQ(variant(0, ElementType::f32, 4), Variant::contiguous);
+  EXPECT_EQ(variant(4, ElementType::f32, 4), Variant::strided32);
+  EXPECT_EQ(variant(16, ElementType::c128, 16), Variant::contiguous);
+  EXPECT_EQ(variant(8, ElementType::c128, 16), Variant::strided32);
 }
 
 TEST(kernel_grid, index_width_follows_the_extent) {
