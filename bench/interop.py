@@ -163,7 +163,8 @@ def build_rows(clock=time.thread_time, caster_dir=CASTER_DIR):
     a = cai.device_array(SHAPE, dtype=np.float32)
     n = np.zeros(SHAPE, dtype=np.float32)
     s = cai.stream()  # a real stream: the integer-stream import names it
-    ns = {"cai": cai, "np": np, "a": a, "n": n, "at": a.T, "nt": n.T, "s": s}
+    ns = {"cai": cai, "np": np, "a": a, "n": n, "at": a.T, "nt": n.T, "s": s,
+          "o": cai.device_array(SHAPE, dtype=np.float32), "no": np.zeros(SHAPE, np.float32)}
 
     # Foreign producers carrying equivalent dicts (v3; NumPy's twin has no stream key).
     cai_desc = {"shape": SHAPE, "typestr": "<f4", "data": (a.ptr, False), "version": 3,
@@ -218,6 +219,13 @@ def build_rows(clock=time.thread_time, caster_dir=CASTER_DIR):
         Row("dlpack_import", "DLPack import via a Python __dlpack__: cai.from_dlpack(p)",
             C("cai.from_dlpack(p_cai)"), "np.from_dlpack(p) (same producer class)",
             C("np.from_dlpack(p_np)"), short="DLPack import via Python __dlpack__"),
+        Row("ops_add", "cai.ops.add(a, a, o) of cai arrays (the host's part: checks, ordering, "
+            "enqueue)", C("cai.ops.add(a, a, o)"), "np.add(n, n, out=no)",
+            C("np.add(n, n, out=no)"), short="cai.ops.add of cai arrays"),
+        Row("ops_add_foreign", "cai.ops.add(f, f, o), 2 inputs foreign CAI v3 objects",
+            C("cai.ops.add(f_cai, f_cai, o)"), "", None,
+            note="minus the row above, over 2: what importing a foreign input costs an operation",
+            short="cai.ops.add, 2 foreign inputs"),
     ]
     if probes is not None:
         rows.append(Row("dlpack_import_native", "DLPack import of a native array: C exchange API",
