@@ -187,27 +187,28 @@ void bind_device(nb::module_& m) {
   sim.def(
       "set_race_detection", [](bool on) { device::sim::set_race_detection(on); }, nb::arg("on"));
   sim.def("race_detection", [] { return device::sim::race_detection(); });
-  sim.def(
-      "call_counts",
+  m.def(
+      "device_call_counts",
       [] {
-        using C = device::sim::CallCounts;
+        using C = device::CallCounts;
         static constexpr std::pair<const char*, std::uint64_t C::*> fields[] = {
             {"event_record", &C::event_record},
             {"stream_wait_event", &C::stream_wait_event},
             {"event_create", &C::event_create},
-            {"pointer_info", &C::pointer_info},
+            {"pointer_query", &C::pointer_query},
             {"stream_synchronize", &C::stream_synchronize}};
-        const C c = device::sim::call_counts();
+        const C c = backend().call_counts();
         nb::dict d;
         for (const auto& [name, field] : fields) d[name] = c.*field;
         return d;
       },
-      nb::sig("def call_counts() -> dict[str, int]"),
-      "How often the calls a GPU charges for ran since reset_call_counts(): event_record, "
-      "stream_wait_event, event_create, pointer_info, stream_synchronize.");
-  sim.def(
-      "reset_call_counts", [] { device::sim::reset_call_counts(); },
-      "Sets every count of call_counts() back to 0.");
+      nb::sig("def device_call_counts() -> dict[str, int]"),
+      "How often the backend made the calls a GPU charges for since "
+      "reset_device_call_counts(): event_record, stream_wait_event, event_create, "
+      "pointer_query (a pointer it had to ask the driver about), stream_synchronize.");
+  m.def(
+      "reset_device_call_counts", [] { backend().reset_call_counts(); },
+      "Sets every count of device_call_counts() back to 0.");
 }
 
 }  // namespace cai::python

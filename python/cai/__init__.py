@@ -6,7 +6,8 @@ Tile-style global array: Array (DLPack or CAI in, both out, element strides, sli
 Streams and events: stream, default_stream, legacy_default_stream, per_thread_default_stream,
 external_stream, event, synchronize.
 Operations: cai.ops.copy, cai.ops.fill, cai.ops.add. Switches: cai.config. Simulator: cai.sim.
-What runs here: show_config(). The stream waits cai enqueues: trace_waits().
+What runs here: show_config(). The stream waits cai enqueues: trace_waits(); the calls a GPU
+charges for: device_call_counts().
 Devices and processes: Device, device_count, current_device, IpcHandle, ipc_collect,
 cai.multiprocessing (docs/scale-out.md).
 """
@@ -24,6 +25,7 @@ from ._cai import (
     cuda_available,
     current_device,
     default_stream,
+    device_call_counts,
     device_count,
     device_array,
     device_array_like,
@@ -35,6 +37,7 @@ from ._cai import (
     is_cuda_array,
     legacy_default_stream,
     per_thread_default_stream,
+    reset_device_call_counts,
     stream,
     synchronize,
     to_device,
@@ -60,4 +63,5 @@ __all__ = [
     "ops", "per_thread_default_stream", "show_config", "sim", "stream", "synchronize",
     "to_device", "trace_waits", "WaitTrace",
     "Device", "current_device", "device_count", "IpcHandle", "ipc_collect",
+    "device_call_counts", "reset_device_call_counts",
 ]

@@ -31,6 +31,19 @@ namespace {
 std::atomic<bool> g_exiting{false};
 }  // namespace
 
+CallCounts Backend::call_counts() const noexcept {
+  auto get = [](const Counter& c) { return c.n.load(std::memory_order_relaxed); };
+  return {get(counts_.event_record), get(counts_.stream_wait_event), get(counts_.event_create),
+          get(counts_.pointer_query), get(counts_.stream_synchronize)};
+}
+
+void Backend::reset_call_counts() noexcept {
+  for (Counter* c : {&counts_.event_record, &counts_.stream_wait_event, &counts_.event_create,
+                     &counts_.pointer_query, &counts_.stream_synchronize}) {
+    c->n.store(0, std::memory_order_relaxed);
+  }
+}
+
 std::string stream_text(StreamHandle s) {
   if (s == kLegacyDefaultStream) return "legacy default stream (1)";
   if (s == kPerThreadDefaultStream) return "per-thread default stream (2)";

@@ -96,9 +96,9 @@ def test_foreign_arrays_on_the_work_stream_cost_no_event_and_no_wait():
     s = cai.stream()
     x, _ = pending_fill(s, 1000, np.float64, 2.0, delay=0.0)
     y = cai.device_array(1000, dtype=np.float64, stream=s)
-    cai.sim.reset_call_counts()
+    cai.reset_device_call_counts()
     _add_ext.add(Producer(x), Producer(x), y, stream=s)
-    counts = cai.sim.call_counts()
+    counts = cai.device_call_counts()
     assert (counts["event_record"], counts["stream_wait_event"]) == (0, 0), counts
     np.testing.assert_array_equal(y.copy_to_host(), np.full(1000, 4.0))
 

@@ -191,12 +191,12 @@ def test_config_default_comes_from_the_environment(value, expected):
 
 # ------------------------------------------------------------------- what an import costs
 
-COST_KEYS = ("event_record", "stream_wait_event", "pointer_info", "stream_synchronize")
+COST_KEYS = ("event_record", "stream_wait_event", "pointer_query", "stream_synchronize")
 
 
 def costs():
-    c = cai.sim.call_counts()
-    cai.sim.reset_call_counts()
+    c = cai.device_call_counts()
+    cai.reset_device_call_counts()
     return {k: c[k] for k in COST_KEYS}
 
 

@@ -4,6 +4,7 @@
 // implemented by the CUDA driver API (loaded at run time) and by a CPU simulator.
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -83,9 +84,25 @@ struct Operand {
   bool host = false;
 };
 
+/// How often a backend made the calls a GPU charges for (each a driver call of about a
+/// microsecond) since the last reset: what tests and benchmarks use to prove what a path costs,
+/// e.g. that an import records no event, waits for nothing and asks about no pointer.
+struct CallCounts {
+  std::uint64_t event_record = 0;
+  std::uint64_t stream_wait_event = 0;
+  std::uint64_t event_create = 0;
+  /// Pointers the backend could not answer about from what it already knew (a
+  /// cuPointerGetAttributes on CUDA; every pointer_info call on the simulator).
+  std::uint64_t pointer_query = 0;
+  std::uint64_t stream_synchronize = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  CallCounts call_counts() const noexcept;
+  void reset_call_counts() noexcept;
 
   /// "cuda" or "simulator".
   virtual std::string_view name() const = 0;
@@ -166,6 +183,16 @@ class Backend {
 
   /// The simulator behind this interface, or null (virtual: cheaper than a dynamic_cast).
   virtual detail::SimBackend* as_simulator() noexcept { return nullptr; }
+
+ protected:
+  /// Counted by the implementations where they make the call (relaxed: counts, not order).
+  struct Counter {
+    std::atomic<std::uint64_t> n{0};
+    void bump() noexcept { n.fetch_add(1, std::memory_order_relaxed); }
+  };
+  struct Counters {
+    Counter event_record, stream_wait_event, event_create, pointer_query, stream_synchronize;
+  } counts_;
 };
 
 /// The process-wide backend: chosen once, on first use, from CAI_BACKEND ("sim", "cuda" or

@@ -54,19 +54,6 @@ void enqueue_task(StreamHandle s, std::span<const Access> accesses, std::functio
 void set_race_detection(bool on);
 bool race_detection();
 
-/// How often the calls that a GPU charges for (each a driver call of about a microsecond) ran
-/// since the last reset_call_counts(): what tests and benchmarks use to prove what a path
-/// costs, e.g. that an import records no event and waits for nothing.
-struct CallCounts {
-  std::uint64_t event_record = 0;
-  std::uint64_t stream_wait_event = 0;
-  std::uint64_t event_create = 0;
-  std::uint64_t pointer_info = 0;
-  std::uint64_t stream_synchronize = 0;
-};
-CallCounts call_counts();
-void reset_call_counts();
-
 /// Forgets the recorded accesses of [ptr, ptr + bytes): call it when host memory that stream
 /// work has touched is released (device memory is forgotten by free()).
 void forget(std::uint64_t ptr, std::size_t bytes);

@@ -495,6 +495,7 @@ class CudaBackend final : public Backend {
   PointerInfo pointer_info(std::uint64_t ptr) override {
     if (std::optional<PointerInfo> known = cache_.find(ptr)) return *known;
     if (std::optional<PointerInfo> known = foreign_.find(ptr)) return *known;
+    counts_.pointer_query.bump();
     PointerInfo info = query_pointer(ptr);
     if (info.kind != MemoryKind::unregistered && info.alloc_size == 0) {
       // No range attribute for this memory: ask for the allocation's range directly.
@@ -691,6 +692,7 @@ class CudaBackend final : public Backend {
   }
 
   void stream_synchronize(StreamHandle s) override {
+    counts_.stream_synchronize.bump();
     CUstream stream = to_stream(s, "stream_synchronize()");
     if (is_default_stream(s)) current_context();
     check(api().stream_synchronize(stream), "cuStreamSynchronize");
@@ -706,6 +708,7 @@ class CudaBackend final : public Backend {
   }
 
   EventHandle event_create(bool timing) override {
+    counts_.event_create.bump();
     const DriverApi& a = api();
     current_context();
     CUevent e = nullptr;
@@ -718,6 +721,7 @@ class CudaBackend final : public Backend {
   }
 
   void event_record(EventHandle e, StreamHandle s) override {
+    counts_.event_record.bump();
     constexpr std::string_view where = "event_record()";
     CUevent event = to_event(e, where);
     CUstream stream = to_stream(s, where);
@@ -726,6 +730,7 @@ class CudaBackend final : public Backend {
   }
 
   void stream_wait_event(StreamHandle s, EventHandle e) override {
+    counts_.stream_wait_event.bump();
     constexpr std::string_view where = "stream_wait_event()";
     CUstream stream = to_stream(s, where);
     CUevent event = to_event(e, where);

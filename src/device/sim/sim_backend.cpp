@@ -588,20 +588,8 @@ SharedHeap& SimBackend::heap_locked(int device) {
   return *heap;
 }
 
-sim::CallCounts SimBackend::call_counts() const {
-  return {event_records_.get(), stream_waits_.get(), event_creates_.get(), pointer_queries_.get(),
-          stream_syncs_.get()};
-}
-
-void SimBackend::reset_call_counts() {
-  for (Counter* c :
-       {&event_records_, &stream_waits_, &event_creates_, &pointer_queries_, &stream_syncs_}) {
-    c->n.store(0, std::memory_order_relaxed);
-  }
-}
-
 PointerInfo SimBackend::pointer_info(std::uint64_t ptr) {
-  pointer_queries_.bump();
+  counts_.pointer_query.bump();
   PointerInfo info;
   std::lock_guard lk(mu_);
   auto it = memory_.upper_bound(ptr);
@@ -770,7 +758,7 @@ void SimBackend::stream_destroy(StreamHandle h) {
 }
 
 void SimBackend::stream_synchronize(StreamHandle h) {
-  stream_syncs_.bump();
+  counts_.stream_synchronize.bump();
   std::unique_lock lk(mu_);
   auto s = resolve_locked(h, "stream_synchronize()");
   const std::uint64_t target = s->enqueued;
@@ -808,7 +796,7 @@ void SimBackend::synchronize() {
 // Events.
 
 EventHandle SimBackend::event_create(bool timing) {
-  event_creates_.bump();
+  counts_.event_create.bump();
   std::lock_guard lk(mu_);
   const EventHandle e = kEventBase + ++next_event_;
   Event& ev = events_[e];
@@ -827,7 +815,7 @@ void SimBackend::event_destroy(EventHandle e) {
 }
 
 void SimBackend::event_record(EventHandle e, StreamHandle h) {
-  event_records_.bump();
+  counts_.event_record.bump();
   check_stream_handle(h, "event_record()");
   std::lock_guard lk(mu_);
   Event& ev = event_locked(e, "event_record()");
@@ -863,7 +851,7 @@ void SimBackend::event_record(EventHandle e, StreamHandle h) {
 }
 
 void SimBackend::stream_wait_event(StreamHandle h, EventHandle e) {
-  stream_waits_.bump();
+  counts_.stream_wait_event.bump();
   check_stream_handle(h, "stream_wait_event()");
   std::lock_guard lk(mu_);
   Event& ev = event_locked(e, "stream_wait_event()");

@@ -90,8 +90,6 @@ class SimBackend final : public Backend {
   void set_race_detection(bool on);
   bool race_detection();
   void forget(std::uint64_t ptr, std::size_t bytes);
-  sim::CallCounts call_counts() const;
-  void reset_call_counts();
   /// Number of intervals in the race detector's history (tests check that it stays bounded).
   std::size_t race_history_size();
   /// Number of vector-clock slots in use or retired: the length of every clock (tests check
@@ -245,13 +243,6 @@ class SimBackend final : public Backend {
   bool pool_stopping_ = false;  // the destructor has drained every stream
   RaceDetector races_;
   bool race_detection_ = true;
-  // sim::CallCounts, counted lock-free (relaxed: a count, not an ordering).
-  struct Counter {
-    std::atomic<std::uint64_t> n{0};
-    void bump() noexcept { n.fetch_add(1, std::memory_order_relaxed); }
-    std::uint64_t get() const noexcept { return n.load(std::memory_order_relaxed); }
-  };
-  Counter event_records_, stream_waits_, event_creates_, pointer_queries_, stream_syncs_;
   std::map<std::uint64_t, Allocation> memory_;
   std::map<StreamHandle, std::shared_ptr<Stream>> streams_;  // created streams, by handle
   std::vector<std::shared_ptr<Stream>> all_streams_;         // every live or draining stream

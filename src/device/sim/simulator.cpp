@@ -54,14 +54,6 @@ bool race_detection() {
   return simulator("race_detection").race_detection();
 }
 
-CallCounts call_counts() {
-  return simulator("call_counts").call_counts();
-}
-
-void reset_call_counts() {
-  simulator("reset_call_counts").reset_call_counts();
-}
-
 void forget(std::uint64_t ptr, std::size_t bytes) {
   simulator("forget").forget(ptr, bytes);
 }
