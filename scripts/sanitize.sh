@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Sanitizer runs (docs/reliability.md):
-#   asan-cpp     ASan+UBSan build of every layer and the C++ tests, run through ctest, plus the
-#                all-layers thread test (tests/cpp/device/test_sim_threads.cpp with
-#                -DCAI_SIM_THREADS_ALL_LAYERS). LeakSanitizer on.
+#   asan-cpp     ASan+UBSan build of every layer and the C++ tests, run through ctest (the
+#                all-layers thread test cai_test_threads among them). LeakSanitizer on.
 #   asan-python  the Python suite (tests/python) against the same ASan+UBSan build of _cai:
 #                the ASan runtime is LD_PRELOADed into the venv's Python, PYTHONMALLOC=malloc
 #                so that ASan sees Python objects too, leak detection off (CPython keeps
 #                memory until exit by design).
 #   tsan         ThreadSanitizer build of the simulator/device tests (cai_test_device) and of
-#                the all-layers thread test, run directly.
+#                the all-layers thread test (cai_test_threads), run directly.
+# The layers build at -O1 and the test executables at -O0 (CAI_TEST_CXX_FLAGS): the test files
+# are most of the compile time and gain nothing from optimization.
 #
 # Usage: scripts/sanitize.sh [step...]   (default: all three). Environment:
 #   JOBS (2), SANITIZE_BUILD (build-sanitize), PYTHON (.venv/bin/python), CXX (g++),
@@ -42,28 +43,19 @@ COMMON_FLAGS="-g -O1 -fno-omit-frame-pointer"
 ASAN_FLAGS="$COMMON_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 TSAN_FLAGS="$COMMON_FLAGS -fsanitize=thread"
 
-# configure_and_build DIR FLAGS TARGET [cmake args...]: a sanitized tree of the project.
+# configure_and_build DIR FLAGS "TARGET..." [cmake args...]: a sanitized tree of the project.
 configure_and_build() {
-  local dir=$1 flags=$2 target=$3
+  local dir=$1 flags=$2 targets=$3
   shift 3
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="" -DCMAKE_CXX_FLAGS="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" \
     -DCMAKE_MODULE_LINKER_FLAGS="$flags" \
-    -DCAI_BUILD_TESTS=ON -DCAI_BUILD_CUDA_CHECKS=OFF -DCAI_INSTALL=OFF "$@" \
+    -DCAI_BUILD_TESTS=ON -DCAI_TEST_CXX_FLAGS=-O0 -DCAI_BUILD_CUDA_CHECKS=OFF \
+    -DCAI_INSTALL=OFF "$@" \
     >"$LOGS/$(basename "$dir")-configure.log" 2>&1 &&
-    cmake --build "$dir" -j "$JOBS" --target "$target" >"$LOGS/$(basename "$dir")-build.log" 2>&1
-}
-
-# The thread test linked with every layer (the ctest target links only cai_device).
-build_all_layers_thread_test() {
-  local dir=$1 flags=$2 out=$3
-  # shellcheck disable=SC2086
-  ${CMAKE_CXX_COMPILER_LAUNCHER:-} $CXX -std=c++20 $flags -DCAI_SIM_THREADS_ALL_LAYERS -I"$ROOT/include" -I"$ROOT/src" \
-    -I"$ROOT/tests/cpp/device" "$ROOT/tests/cpp/device/test_sim_threads.cpp" \
-    "$dir/src/arrays/libcai_arrays.a" "$dir/src/sync/libcai_sync.a" \
-    "$dir/src/device/libcai_device.a" "$dir/src/core/libcai_core.a" \
-    -lgtest_main -lgtest -lpthread -ldl -o "$out" >"$LOGS/$(basename "$out").log" 2>&1
+    # shellcheck disable=SC2086
+    cmake --build "$dir" -j "$JOBS" --target $targets >"$LOGS/$(basename "$dir")-build.log" 2>&1
 }
 
 step_asan_cpp() {
@@ -72,9 +64,6 @@ step_asan_cpp() {
   if ! configure_and_build "$dir" "$ASAN_FLAGS" "all" -DCAI_BUILD_PYTHON=ON \
        -DPython_EXECUTABLE="$PY"; then
     note "asan-cpp: BUILD FAILED (see $LOGS/asan-build.log)"; FAILED=1; return
-  fi
-  if ! build_all_layers_thread_test "$dir" "$ASAN_FLAGS" "$dir/cai_test_sim_threads_all"; then
-    note "asan-cpp: all-layers thread test BUILD FAILED"; FAILED=1; return
   fi
   # Leaks cai makes on purpose (see docs/reliability.md): the per-thread scratch-event cache
   # of src/sync/ordering.cpp is never freed, so that no event is destroyed after the driver.
@@ -87,8 +76,6 @@ step_asan_cpp() {
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CAI_BACKEND=sim \
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" >"$log" 2>&1
   rc=$?
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CAI_BACKEND=sim \
-    "$dir/cai_test_sim_threads_all" >>"$log" 2>&1 || rc=1
   unset LSAN_OPTIONS
   local line
   line=$(grep -E "tests passed|tests failed" "$log" | tail -n 1)
@@ -141,20 +128,17 @@ step_asan_python() {
 
 step_tsan() {
   local dir=$BUILD/tsan
-  echo "== tsan: building cai_test_device"
-  if ! configure_and_build "$dir" "$TSAN_FLAGS" "cai_test_device" -DCAI_BUILD_PYTHON=OFF; then
+  echo "== tsan: building cai_test_device and cai_test_threads"
+  if ! configure_and_build "$dir" "$TSAN_FLAGS" "cai_test_device cai_test_threads" \
+       -DCAI_BUILD_PYTHON=OFF; then
     note "tsan: BUILD FAILED (see $LOGS/tsan-build.log)"; FAILED=1; return
-  fi
-  cmake --build "$dir" -j "$JOBS" --target cai_arrays >>"$LOGS/tsan-build.log" 2>&1
-  if ! build_all_layers_thread_test "$dir" "$TSAN_FLAGS" "$dir/cai_test_sim_threads_all"; then
-    note "tsan: all-layers thread test BUILD FAILED"; FAILED=1; return
   fi
   local log=$LOGS/tsan.log rc=0
   : >"$log"
   # halt_on_error=0: report every race, then fail through exitcode.
   local opts="halt_on_error=0:second_deadlock_stack=1:history_size=4:exitcode=66"
   TSAN_OPTIONS=$opts CAI_BACKEND=sim "$dir/tests/cpp/cai_test_device" >>"$log" 2>&1 || rc=1
-  TSAN_OPTIONS=$opts CAI_BACKEND=sim "$dir/cai_test_sim_threads_all" >>"$log" 2>&1 || rc=1
+  TSAN_OPTIONS=$opts CAI_BACKEND=sim "$dir/tests/cpp/cai_test_threads" >>"$log" 2>&1 || rc=1
   local tests reports
   tests=$(grep -E "^\[  PASSED  \]|^\[  FAILED  \]" "$log" | tr '\n' ' ')
   reports=$(grep -c "WARNING: ThreadSanitizer" "$log")

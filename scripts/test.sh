@@ -7,23 +7,33 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 JOBS=${JOBS:-2}
 
-echo "== setup"
+# section NAME: ends the previous section with its time and starts the next one.
+SECTION_START=$SECONDS
+TOTAL_START=$SECONDS
+section() {
+  [ -n "${SECTION:-}" ] && echo "== $SECTION: $((SECONDS - SECTION_START)) s"
+  SECTION=$1 SECTION_START=$SECONDS
+  [ -n "$1" ] && echo "== $1"
+  return 0
+}
+
+section "setup"
 scripts/setup.sh
 
-echo "== C++ build and ctest"
+section "C++ build and ctest"
 cmake -S . -B build/cpp -G Ninja -DCAI_BUILD_TESTS=ON -DCAI_BUILD_BENCH=ON \
   -DCMAKE_INSTALL_PREFIX="$ROOT/build/install" >/dev/null
 cmake --build build/cpp -j "$JOBS"
 ctest --test-dir build/cpp --output-on-failure -j "$JOBS"
 
-echo "== install + find_package(cai) from an external project"
+section "install + find_package(cai) from an external project"
 cmake --install build/cpp >/dev/null
 cmake -S tests/cmake/find_package -B build/find_package -G Ninja \
   -DCMAKE_PREFIX_PATH="$ROOT/build/install" >/dev/null
 cmake --build build/find_package
 ctest --test-dir build/find_package --output-on-failure
 
-echo "== extension modules, built only through the pip-installed package (python -m cai --cmake-dir)"
+section "extension modules, built only through the pip-installed package (python -m cai --cmake-dir)"
 CAI_CMAKE_DIR=$(.venv/bin/python -m cai --cmake-dir)
 # As examples/add_extension/CMakeLists.txt says to, with a relative interpreter path.
 cmake -S examples/add_extension -B build/add_extension -G Ninja \
@@ -43,7 +53,7 @@ cmake -S bench/caster_ext -B build/bench_caster -G Ninja \
   -Dcai_DIR="$CAI_CMAKE_DIR" -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
 cmake --build build/bench_caster -j "$JOBS"
 
-echo "== python/_cai without LTO, with a compiler whose LTO does not work"
+section "python/_cai without LTO, with a compiler whose LTO does not work"
 # The wrapper fails whenever -flto is on its command line, as g++ without an LTO plugin does.
 cmake -S . -B build/no_lto -G Ninja -DCAI_BUILD_PYTHON=ON -DCAI_BUILD_TESTS=OFF \
   -DCAI_INSTALL=OFF -DCMAKE_CXX_COMPILER="$ROOT/tests/cmake/no_lto/g++-without-lto" \
@@ -51,31 +61,47 @@ cmake -S . -B build/no_lto -G Ninja -DCAI_BUILD_PYTHON=ON -DCAI_BUILD_TESTS=OFF 
 cmake --build build/no_lto -j "$JOBS" --target _cai
 
 if command -v clang++ >/dev/null 2>&1; then
-  echo "== fuzzers (bounded)"
+  section "fuzzers (bounded)"
   CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCAI_BUILD_FUZZERS=ON -DCAI_BUILD_TESTS=OFF \
     -DCAI_INSTALL=OFF >/dev/null
   targets=$(ls tests/fuzz/fuzz_*.cpp | sed 's|tests/fuzz/fuzz_\(.*\)\.cpp|cai_fuzz_\1|')
   cmake --build build/fuzz -j "$JOBS" --target $targets
+  # The targets run at the same time, one core each; a crash fails the run after their logs.
+  fuzz_pids=()
   for f in build/fuzz/tests/fuzz/cai_fuzz_*; do
     [ -x "$f" ] || continue
-    corpus="tests/fuzz/corpus/$(basename "$f")"
-    mkdir -p "build/fuzz/corpus/$(basename "$f")"
-    "$f" -max_total_time="${FUZZ_SECONDS:-30}" -timeout=5 "build/fuzz/corpus/$(basename "$f")" \
-      $( [ -d "$corpus" ] && echo "$corpus" ) 2>&1 | tail -n 3
+    name=$(basename "$f")
+    mkdir -p "build/fuzz/corpus/$name"
+    "$f" -max_total_time="${FUZZ_SECONDS:-30}" -timeout=5 "build/fuzz/corpus/$name" \
+      $( [ -d "tests/fuzz/corpus/$name" ] && echo "tests/fuzz/corpus/$name" ) \
+      >"build/fuzz/$name.log" 2>&1 &
+    fuzz_pids+=("$!:$name")
   done
+  fuzz_failed=0
+  for entry in "${fuzz_pids[@]}"; do
+    pid=${entry%%:*} name=${entry#*:}
+    rc=0
+    wait "$pid" || rc=$?
+    echo "$name (exit $rc):"
+    tail -n 3 "build/fuzz/$name.log"
+    [ $rc -eq 0 ] || fuzz_failed=1
+  done
+  [ $fuzz_failed -eq 0 ] || { echo "a fuzz target failed (logs in build/fuzz/)"; exit 1; }
 fi
 
-echo "== pytest"
+section "pytest"
 .venv/bin/python -m pytest -q tests/python
 
 # Sanitizers (docs/reliability.md): ASan+UBSan on the C++ suites and on the Python tests that
 # drive every entry point with hostile input, threads, cycles and exit; TSan on the simulator
 # and the all-layers thread test. SANITIZE=0 skips them (a quick local run).
 if [ "${SANITIZE:-1}" != "0" ]; then
-  echo "== sanitizers (scripts/sanitize.sh; logs in build/sanitize/logs)"
+  section "sanitizers (scripts/sanitize.sh; logs in build/sanitize/logs)"
   SANITIZE_BUILD=build/sanitize PYTHON="$ROOT/.venv/bin/python" JOBS="$JOBS" \
   SANITIZE_PYTEST="tests/python/test_robustness.py tests/python/test_bad_inputs.py
     tests/python/test_lifetime_stress.py tests/python/test_threads.py
     tests/python/test_shutdown.py::test_exit_with_daemon_threads_inside_python_callbacks" \
     scripts/sanitize.sh
 fi
+section ""
+echo "== scripts/test.sh: every step passed in $((SECONDS - TOTAL_START)) s"
