@@ -90,6 +90,16 @@ if command -v clang++ >/dev/null 2>&1; then
   [ $fuzz_failed -eq 0 ] || { echo "a fuzz target failed (logs in build/fuzz/)"; exit 1; }
 fi
 
+SANITIZE_ENV=(SANITIZE_BUILD=build/sanitize PYTHON="$ROOT/.venv/bin/python" JOBS="$JOBS")
+if [ "${SANITIZE:-1}" != "0" ]; then
+  # The sanitizer trees compile at low priority while pytest runs (mostly on one core); in a
+  # process group of their own, so that a failing pytest stops them too.
+  env "${SANITIZE_ENV[@]}" setsid nice -n 15 scripts/sanitize.sh build \
+    >build/sanitize-build.log 2>&1 &
+  SANITIZE_BUILD_PID=$!
+  trap 'kill -- -$SANITIZE_BUILD_PID 2>/dev/null || true' EXIT
+fi
+
 section "pytest"
 .venv/bin/python -m pytest -q tests/python
 
@@ -98,7 +108,11 @@ section "pytest"
 # and the all-layers thread test. SANITIZE=0 skips them (a quick local run).
 if [ "${SANITIZE:-1}" != "0" ]; then
   section "sanitizers (scripts/sanitize.sh; logs in build/sanitize/logs)"
-  SANITIZE_BUILD=build/sanitize PYTHON="$ROOT/.venv/bin/python" JOBS="$JOBS" \
+  # Their builds began with pytest; a build failure is reported by the steps themselves.
+  wait "$SANITIZE_BUILD_PID" || true
+  trap - EXIT
+  tail -n 2 build/sanitize-build.log
+  env "${SANITIZE_ENV[@]}" \
   SANITIZE_PYTEST="tests/python/test_robustness.py tests/python/test_bad_inputs.py
     tests/python/test_lifetime_stress.py tests/python/test_threads.py
     tests/python/test_shutdown.py::test_exit_with_daemon_threads_inside_python_callbacks" \
