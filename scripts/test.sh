@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Sets up (scripts/setup.sh) and runs every test: the C++ suites through ctest, the external
-# find_package(cai) consumer project, a bounded fuzz run, the Python suite through pytest, and
-# the sanitizer builds (scripts/sanitize.sh).
+# Sets up (scripts/setup.sh) and runs every test: the C++ suites through ctest (under ASan+UBSan,
+# in the sanitizer step), the external CMake consumers, a bounded fuzz run, the Python suite
+# through pytest, and the sanitizer runs (scripts/sanitize.sh). Each step prints its time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -19,20 +19,38 @@ section() {
 
 section "setup"
 scripts/setup.sh
+mkdir -p build
 
-section "C++ build (with _cai, by a compiler whose LTO does not work) and ctest"
+# The C++ suites run once, under ASan+UBSan (the sanitizer step), unless SANITIZE=0 (a quick
+# local run) runs them here without sanitizers. The sanitizer trees compile at low priority from
+# here on, on what the steps before the sanitizer step leave idle (most of pytest runs on one
+# core); in a process group of their own, so that a failing step stops them too.
+SANITIZE_ENV=(SANITIZE_BUILD=build/sanitize PYTHON="$ROOT/.venv/bin/python" JOBS="$JOBS")
+CPP_TESTS=OFF
+if [ "${SANITIZE:-1}" != "0" ]; then
+  mkdir -p build
+  env "${SANITIZE_ENV[@]}" setsid nice -n 15 scripts/sanitize.sh build \
+    >build/sanitize-build.log 2>&1 &
+  SANITIZE_BUILD_PID=$!
+  trap 'kill -- -$SANITIZE_BUILD_PID 2>/dev/null || true' EXIT
+else
+  CPP_TESTS=ON
+fi
+
+section "C++ build (_cai by a compiler whose LTO does not work; the C++ suites if SANITIZE=0)"
 # The compiler is g++ behind a wrapper that fails whenever -flto is on its command line, as a
 # g++ without its LTO plugin does: configuring must find that out and build _cai without LTO.
 # The test executables build at -O0 (CAI_TEST_CXX_FLAGS; the layers stay optimized).
-mkdir -p build
-cmake -S . -B build/cpp -G Ninja -DCAI_BUILD_TESTS=ON -DCAI_BUILD_BENCH=ON \
+cmake -S . -B build/cpp -G Ninja -DCAI_BUILD_TESTS=$CPP_TESTS -DCAI_BUILD_BENCH=ON \
   -DCAI_TEST_CXX_FLAGS=-O0 -DCAI_BUILD_PYTHON=ON \
   -DCMAKE_CXX_COMPILER="$ROOT/tests/cmake/no_lto/g++-without-lto" \
   -DPython_EXECUTABLE="$ROOT/.venv/bin/python" -DCMAKE_INSTALL_PREFIX="$ROOT/build/install" \
   >build/cpp-configure.log 2>&1 || { cat build/cpp-configure.log; exit 1; }
 grep "cai: _cai is built without link-time" build/cpp-configure.log
 cmake --build build/cpp -j "$JOBS"
-ctest --test-dir build/cpp --output-on-failure -j "$JOBS"
+if [ "$CPP_TESTS" = ON ]; then
+  ctest --test-dir build/cpp --output-on-failure -j "$JOBS"
+fi
 
 section "install + find_package(cai) from an external project"
 cmake --install build/cpp >/dev/null
@@ -90,22 +108,12 @@ if command -v clang++ >/dev/null 2>&1; then
   [ $fuzz_failed -eq 0 ] || { echo "a fuzz target failed (logs in build/fuzz/)"; exit 1; }
 fi
 
-SANITIZE_ENV=(SANITIZE_BUILD=build/sanitize PYTHON="$ROOT/.venv/bin/python" JOBS="$JOBS")
-if [ "${SANITIZE:-1}" != "0" ]; then
-  # The sanitizer trees compile at low priority while pytest runs (mostly on one core); in a
-  # process group of their own, so that a failing pytest stops them too.
-  env "${SANITIZE_ENV[@]}" setsid nice -n 15 scripts/sanitize.sh build \
-    >build/sanitize-build.log 2>&1 &
-  SANITIZE_BUILD_PID=$!
-  trap 'kill -- -$SANITIZE_BUILD_PID 2>/dev/null || true' EXIT
-fi
-
 section "pytest"
 .venv/bin/python -m pytest -q tests/python
 
-# Sanitizers (docs/reliability.md): ASan+UBSan on the C++ suites and on the Python tests that
-# drive every entry point with hostile input, threads, cycles and exit; TSan on the simulator
-# and the all-layers thread test. SANITIZE=0 skips them (a quick local run).
+# Sanitizers (docs/reliability.md): the C++ suites (ctest) and the Python tests that drive every
+# entry point with hostile input, threads, cycles and exit under ASan+UBSan; TSan on the
+# simulator and the all-layers thread test. SANITIZE=0 skips them (a quick local run).
 if [ "${SANITIZE:-1}" != "0" ]; then
   section "sanitizers (scripts/sanitize.sh; logs in build/sanitize/logs)"
   # Their builds began with pytest; a build failure is reported by the steps themselves.
