@@ -24,14 +24,17 @@ mkdir -p build
 # The C++ suites run once, under ASan+UBSan (the sanitizer step), unless SANITIZE=0 (a quick
 # local run) runs them here without sanitizers. The sanitizer trees compile at low priority from
 # here on, on what the steps before the sanitizer step leave idle (most of pytest runs on one
-# core); in a process group of their own, so that a failing step stops them too.
+# core). A failing step stops them too.
 SANITIZE_ENV=(SANITIZE_BUILD=build/sanitize PYTHON="$ROOT/.venv/bin/python" JOBS="$JOBS")
 CPP_TESTS=OFF
 if [ "${SANITIZE:-1}" != "0" ]; then
   mkdir -p build
-  env "${SANITIZE_ENV[@]}" setsid nice -n 15 scripts/sanitize.sh build \
-    >build/sanitize-build.log 2>&1 &
+  # A process group of its own (set -m), not a session of its own: the kernel's autogroups
+  # would give a new session an equal share of the CPU whatever its nice value.
+  set -m
+  env "${SANITIZE_ENV[@]}" nice -n 15 scripts/sanitize.sh build >build/sanitize-build.log 2>&1 &
   SANITIZE_BUILD_PID=$!
+  set +m
   trap 'kill -- -$SANITIZE_BUILD_PID 2>/dev/null || true' EXIT
 else
   CPP_TESTS=ON
