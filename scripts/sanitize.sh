@@ -42,6 +42,17 @@ SUMMARY=()
 FAILED=0
 note() { SUMMARY+=("$1"); echo "== $1"; }
 
+# report STEP RC LOG RESULTS REPORT_PATTERN: one summary line for a step that ran its tests.
+report() {
+  local step=$1 rc=$2 log=$3 results=$4 reports
+  reports=$(grep -cE "$5" "$log")
+  if [ "$rc" -eq 0 ]; then
+    note "$step: PASS ($results; sanitizer reports: $reports)"
+  else
+    note "$step: FAIL (rc $rc; $results; sanitizer reports: $reports; see $log)"; FAILED=1
+  fi
+}
+
 # -g1: line tables for the reports' stacks, no variable info (a third less compile time).
 COMMON_FLAGS="-g1 -O1 -fno-omit-frame-pointer"
 ASAN_FLAGS="$COMMON_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=undefined"
@@ -97,15 +108,8 @@ step_asan_cpp() {
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" >"$log" 2>&1
   rc=$?
   unset LSAN_OPTIONS
-  local line
-  line=$(grep -E "tests passed|tests failed" "$log" | tail -n 1)
-  local reports
-  reports=$(grep -cE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log")
-  if [ $rc -eq 0 ]; then
-    note "asan-cpp: PASS ($line; sanitizer reports: $reports)"
-  else
-    note "asan-cpp: FAIL ($line; sanitizer reports: $reports; see $log)"; FAILED=1
-  fi
+  report asan-cpp $rc "$log" "$(grep -E "tests passed|tests failed" "$log" | tail -n 1)" \
+    "ERROR: (Address|Leak)Sanitizer|runtime error:"
 }
 
 step_asan_python() {
@@ -136,14 +140,8 @@ step_asan_python() {
     --ignore=tests/python/test_add_extension.py --ignore=tests/python/test_caster.py \
     ${PYTEST_ARGS:-} ${SANITIZE_PYTEST:-tests/python} >"$log" 2>&1
   rc=$?
-  local line reports
-  line=$(grep -E "passed|failed" "$log" | tail -n 1)
-  reports=$(grep -cE "ERROR: AddressSanitizer|runtime error:" "$log")
-  if [ $rc -eq 0 ]; then
-    note "asan-python: PASS ($line; sanitizer reports: $reports)"
-  else
-    note "asan-python: FAIL (rc $rc; $line; sanitizer reports: $reports; see $log)"; FAILED=1
-  fi
+  report asan-python $rc "$log" "$(grep -E "passed|failed" "$log" | tail -n 1)" \
+    "ERROR: AddressSanitizer|runtime error:"
 }
 
 step_tsan() {
@@ -162,14 +160,8 @@ step_tsan() {
   TSAN_OPTIONS=$opts CAI_BACKEND=sim "$dir/tests/cpp/cai_test_device" \
     --gtest_filter='-kernel_grid.*' >>"$log" 2>&1 || rc=1
   TSAN_OPTIONS=$opts CAI_BACKEND=sim "$dir/tests/cpp/cai_test_threads" >>"$log" 2>&1 || rc=1
-  local tests reports
-  tests=$(grep -E "^\[  PASSED  \]|^\[  FAILED  \]" "$log" | tr '\n' ' ')
-  reports=$(grep -c "WARNING: ThreadSanitizer" "$log")
-  if [ $rc -eq 0 ]; then
-    note "tsan: PASS ($tests; ThreadSanitizer reports: $reports)"
-  else
-    note "tsan: FAIL ($tests; ThreadSanitizer reports: $reports; see $log)"; FAILED=1
-  fi
+  report tsan $rc "$log" "$(grep -E "^\[  (PASSED|FAILED)  \]" "$log" | tr '\n' ' ')" \
+    "WARNING: ThreadSanitizer"
 }
 
 for step in "${STEPS[@]}"; do
