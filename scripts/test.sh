@@ -28,7 +28,6 @@ mkdir -p build
 SANITIZE_ENV=(SANITIZE_BUILD=build/sanitize PYTHON="$ROOT/.venv/bin/python" JOBS="$JOBS")
 CPP_TESTS=OFF
 if [ "${SANITIZE:-1}" != "0" ]; then
-  mkdir -p build
   # A process group of its own (set -m), not a session of its own: the kernel's autogroups
   # would give a new session an equal share of the CPU whatever its nice value.
   set -m
@@ -119,7 +118,7 @@ section "pytest"
 # simulator and the all-layers thread test. SANITIZE=0 skips them (a quick local run).
 if [ "${SANITIZE:-1}" != "0" ]; then
   section "sanitizers (scripts/sanitize.sh; logs in build/sanitize/logs)"
-  # Their builds began with pytest; a build failure is reported by the steps themselves.
+  # Their builds began after setup; a build failure is reported by the steps themselves.
   wait "$SANITIZE_BUILD_PID" || true
   trap - EXIT
   tail -n 2 build/sanitize-build.log
