@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 #define CAI_CAPI_CAPSULE "cai._cai._C_API"
-#define CAI_CAPI_VERSION 1
+#define CAI_CAPI_VERSION 2
 
 /** An array of the runtime (a cai.DeviceNDArray): reference counted, released with
  *  CaiCApi::release_array. Opaque. */
@@ -52,12 +52,12 @@ typedef struct CaiStream {
 
 /** What a typed argument asks of an array (flags below). */
 typedef struct CaiArrayRequest {
-  uint32_t size;        /**< sizeof(CaiArrayRequest) */
-  int32_t ndim;         /**< the rank; -1 accepts any */
-  DLDataType dtype;     /**< the element type (native byte order) */
-  uint32_t flags;       /**< CAI_REQUIRE_* and CAI_ALLOW_MASK */
-  int64_t item_size;    /**< sizeof the element type; must match dtype */
-  int64_t alignment;    /**< alignof the element type; checked for non-empty arrays */
+  uint32_t size;     /**< sizeof(CaiArrayRequest) */
+  int32_t ndim;      /**< the rank; -1 accepts any */
+  DLDataType dtype;  /**< the element type (native byte order) */
+  uint32_t flags;    /**< CAI_REQUIRE_* and CAI_ALLOW_MASK */
+  int64_t item_size; /**< sizeof the element type; must match dtype */
+  int64_t alignment; /**< alignof the element type; checked for non-empty arrays */
 } CaiArrayRequest;
 
 #define CAI_REQUIRE_WRITABLE 1u /**< refuse read-only arrays */
@@ -69,57 +69,62 @@ typedef struct CaiArrayRequest {
 
 /** One array as a plain view. The pointers belong to `array` and live as long as it does. */
 typedef struct CaiArrayInfo {
-  uint32_t size;           /**< sizeof(CaiArrayInfo), set by the caller */
-  int32_t ndim;            /**< number of dimensions */
-  uint64_t data;           /**< address of element (0, ..., 0); 0 for an empty array */
-  const int64_t* shape;    /**< ndim extents */
-  const int64_t* strides;  /**< ndim strides in BYTES */
-  DLDataType dtype;        /**< the element type; lanes 0 when DLPack has none (see typestr) */
-  int32_t readonly;        /**< 1 when the producer exported data=(ptr, True) */
-  int64_t itemsize;        /**< bytes per element */
-  uint64_t stream;         /**< the CAI stream of the pending work on the data; 0: none */
-  int32_t has_mask;        /**< 1 when the array carries a CAI mask */
-  char typestr[24];        /**< NumPy's dtype.str ("<f4", "|V12"), for messages */
-  CaiArray* array;         /**< a new reference: release it with release_array */
+  uint32_t size;          /**< sizeof(CaiArrayInfo), set by the caller */
+  int32_t ndim;           /**< number of dimensions */
+  uint64_t data;          /**< address of element (0, ..., 0); 0 for an empty array */
+  const int64_t* shape;   /**< ndim extents */
+  const int64_t* strides; /**< ndim strides in BYTES */
+  DLDataType dtype;       /**< the element type; lanes 0 when DLPack has none (see typestr) */
+  int32_t readonly;       /**< 1 when the producer exported data=(ptr, True) */
+  int64_t itemsize;       /**< bytes per element */
+  uint64_t stream;        /**< the CAI stream of the pending work on the data; 0: none */
+  int32_t has_mask;       /**< 1 when the array carries a CAI mask */
+  char typestr[24];       /**< NumPy's dtype.str ("<f4", "|V12"), for messages */
+  CaiArray* array;        /**< a new reference: release it with release_array */
 } CaiArrayInfo;
 
 /** A new array of the runtime (CaiCApi::new_array). */
 typedef struct CaiArraySpec {
-  uint32_t size;           /**< sizeof(CaiArraySpec) */
-  int32_t ndim;            /**< number of dimensions */
-  const int64_t* shape;    /**< ndim extents */
-  DLDataType dtype;        /**< the element type */
-  int32_t fortran_order;   /**< 1: column-major; 0: row-major */
-  CaiStream stream;        /**< becomes the array's stream (handle 0: cai's default stream) */
+  uint32_t size;         /**< sizeof(CaiArraySpec) */
+  int32_t ndim;          /**< number of dimensions */
+  const int64_t* shape;  /**< ndim extents */
+  DLDataType dtype;      /**< the element type */
+  int32_t fortran_order; /**< 1: column-major; 0: row-major */
+  CaiStream stream;      /**< becomes the array's stream (handle 0: cai's default stream) */
 } CaiArraySpec;
 
 /** Memory the caller owns, to hand to Python as a cai.DeviceNDArray (CaiCApi::wrap_memory). */
 typedef struct CaiMemory {
-  uint32_t size;           /**< sizeof(CaiMemory) */
-  int32_t ndim;            /**< number of dimensions */
-  uint64_t data;           /**< device address of element (0, ..., 0) */
-  const int64_t* shape;    /**< ndim extents (copied) */
-  const int64_t* strides;  /**< ndim byte strides (copied), or NULL for C-contiguous */
-  DLDataType dtype;        /**< the element type, unless typestr is set */
-  const char* typestr;     /**< a NumPy typestr ("<f4", "|V12"), or NULL to use dtype */
-  int32_t readonly;        /**< 1: consumers must not write */
-  CaiStream stream;        /**< where pending work on the memory is; handle 0: none */
-  PyObject* owner;         /**< kept alive while any view of the memory exists, or NULL */
-  void* context;           /**< passed to release_context, or NULL */
+  uint32_t size;          /**< sizeof(CaiMemory) */
+  int32_t ndim;           /**< number of dimensions */
+  uint64_t data;          /**< device address of element (0, ..., 0) */
+  const int64_t* shape;   /**< ndim extents (copied) */
+  const int64_t* strides; /**< ndim byte strides (copied), or NULL for C-contiguous */
+  DLDataType dtype;       /**< the element type, unless typestr is set */
+  const char* typestr;    /**< a NumPy typestr ("<f4", "|V12"), or NULL to use dtype */
+  int32_t readonly;       /**< 1: consumers must not write */
+  CaiStream stream;       /**< where pending work on the memory is; handle 0: none */
+  PyObject* owner;        /**< kept alive while any view of the memory exists, or NULL */
+  void* context;          /**< passed to release_context, or NULL */
   /** Called once when the last view goes away (from any thread, maybe without the GIL). */
   void (*release_context)(void* context);
 } CaiMemory;
 
 /** Work for the simulator's stream, run like a kernel (CaiCApi::enqueue_host_task). */
 typedef struct CaiHostTask {
-  uint32_t size;           /**< sizeof(CaiHostTask) */
-  const char* name;        /**< for race reports (copied) */
-  void* context;           /**< passed to run and destroy */
-  /** Runs on a simulator thread without the GIL; returns NULL, or an error message that
-   *  lives until destroy (reported by the next synchronize, as a failed kernel would be). */
+  uint32_t size;    /**< sizeof(CaiHostTask) */
+  const char* name; /**< for race reports (copied) */
+  void* context;    /**< passed to run_at and destroy */
+  /** Unused since version 2 (device memory is not readable at its device address); NULL. */
   const char* (*run)(void* context);
-  /** Called once, after run or instead of it (from any thread, maybe without the GIL). */
+  /** Called once, after run_at or instead of it (from any thread, maybe without the GIL). */
   void (*destroy)(void* context);
+  /* ---- version 2 ---- */
+  /** Runs on a simulator thread without the GIL, with data[i] the address at which the host
+   *  reaches the element at index 0 of arrays[i] (the simulator keeps device memory
+   *  unreadable at its device address, as a GPU does); returns NULL, or an error message that
+   *  lives until destroy (reported by the next synchronize, as a failed kernel would be). */
+  const char* (*run_at)(void* context, const uint64_t* data);
 } CaiHostTask;
 
 #define CAI_BACKEND_SIMULATOR 1 /**< the CPU simulator (CAI_BACKEND=sim, or no GPU) */
@@ -173,12 +178,15 @@ typedef struct CaiCApi {
    *  NULL. */
   int (*read_stream)(PyObject* obj, const char* entry, CaiStream* out);
   /** CAI v3 ordering of work on `work` against `arrays` (include/cai/sync/ordering.h): the
-   *  work stream waits now, with events, for each array's stream (no host block). Enqueue the
-   *  work, then call order_end. */
-  int (*order_begin)(const CaiStream* work, CaiArray* const* arrays, size_t count,
-                     CaiOrder** out);
+   *  work stream waits now, with events, for each array's stream (no host block). Since
+   *  version 2 it also checks that a kernel can use the arrays (device memory of one device,
+   *  or pinned or managed memory, each inside a live allocation: a ValueError or
+   *  cai.DeviceError otherwise) and makes their device current until order_end, so that a
+   *  kernel launched in between runs there. Enqueue the work, then call order_end. */
+  int (*order_begin)(const CaiStream* work, CaiArray* const* arrays, size_t count, CaiOrder** out);
   /** After the work is enqueued: each array's stream waits for it; arrays without a stream
-   *  adopt the work stream. Frees `order` whatever happens (NULL is ignored). */
+   *  adopt the work stream; the previous current device is restored. Frees `order` whatever
+   *  happens (NULL is ignored). Call it on the thread that called order_begin. */
   int (*order_end)(CaiOrder* order);
 
   /** The process's backend, chosen on first use: CAI_BACKEND_SIMULATOR or CAI_BACKEND_CUDA. */
@@ -188,9 +196,10 @@ typedef struct CaiCApi {
   /** Simulator only: enqueues `task` on `stream` as an operation that reads the arrays whose
    *  `writes` entry is 0 and writes the others, so that the race detector checks it like a
    *  kernel. Like a kernel it does not keep the arrays alive (cai's frees wait for pending
-   *  work). task->destroy is called even when this fails. */
-  int (*enqueue_host_task)(const CaiStream* stream, CaiArray* const* arrays,
-                           const uint8_t* writes, size_t count, const CaiHostTask* task);
+   *  work). task->destroy is called even when this fails. Needs task->size to cover run_at
+   *  (a module built against version 1 is refused: rebuild it). */
+  int (*enqueue_host_task)(const CaiStream* stream, CaiArray* const* arrays, const uint8_t* writes,
+                           size_t count, const CaiHostTask* task);
   /** Sets the Python exception cai raises for a cai::Errc `code` (CAI_ERROR_*). */
   void (*set_error)(int32_t code, const char* message);
 } CaiCApi;

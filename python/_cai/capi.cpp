@@ -6,10 +6,12 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "array.h"
+#include "cai/arrays/devices.h"
 #include "cai/arrays/dlpack.h"
 #include "cai/arrays/typed_view.h"
 #include "cai/device/simulator.h"
@@ -19,6 +21,7 @@
 #define CAI_CAPI_STR(x) CAI_CAPI_STR2(x)
 
 struct CaiOrder {
+  std::optional<cai::KernelOperands> operands;  // the device, current until order_end
   cai::sync::StreamOrder order;
   std::vector<std::shared_ptr<cai::sync::SyncState>> states;  // kept until finish()
 };
@@ -238,11 +241,23 @@ int capi_order_begin(const CaiStream* work, CaiArray* const* arrays, std::size_t
                      CaiOrder** out) noexcept {
   *out = nullptr;
   return guarded([&] {
+    const sync::StreamRef stream = stream_ref(*work);
+    // An extension's kernel dereferences the arrays itself: checked as cai's own operations
+    // check their operands, and run on their device.
+    std::vector<std::string> names;
+    std::vector<NamedView> views;
+    names.reserve(count);
+    views.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      names.push_back("array " + std::to_string(i));
+      views.push_back({names.back().c_str(), &array_of(arrays[i]).view});
+    }
     auto order = std::unique_ptr<CaiOrder>(
-        new CaiOrder{sync::StreamOrder(device::backend(), stream_ref(*work)), {}});
+        new CaiOrder{std::nullopt, sync::StreamOrder(device::backend(), stream), {}});
+    order->operands.emplace("cai C API order_begin()", views, stream);
     order->states.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
-      order->states.push_back(array_of(arrays[i]).view.sync());
+      order->states.push_back(views[i].view->sync());
       order->order.add(*order->states.back());
     }
     *out = order.release();
@@ -257,7 +272,7 @@ int capi_order_end(CaiOrder* order) noexcept {
 
 int capi_backend_kind(std::int32_t* out) noexcept {
   return guarded(
-      [&] { *out = device::backend().as_simulator() ? CAI_BACKEND_SIMULATOR : CAI_BACKEND_CUDA; });
+      [&] { *out = device::backend().simulated() ? CAI_BACKEND_SIMULATOR : CAI_BACKEND_CUDA; });
 }
 
 int capi_current_device(std::int32_t* out) noexcept {
@@ -271,7 +286,8 @@ int capi_enqueue_host_task(const CaiStream* stream, CaiArray* const* arrays,
   // was never enqueued.
   std::shared_ptr<void> context(task->context, task->destroy);
   return guarded([&] {
-    require_size(task->size, sizeof(CaiHostTask), "CaiHostTask");
+    require_size(task->size, offsetof(CaiHostTask, run_at) + sizeof task->run_at,
+                 "CaiHostTask (a module built against cai C API version 1: rebuild it)");
     std::vector<device::sim::Access> accesses;
     accesses.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
@@ -280,11 +296,11 @@ int capi_enqueue_host_task(const CaiStream* stream, CaiArray* const* arrays,
                           static_cast<std::size_t>(v.dtype().itemsize()), writes[i] != 0});
     }
     std::string name = task->name ? task->name : "host task";
-    auto run = task->run;
+    auto run = task->run_at;
     device::sim::enqueue_task(
         stream->handle != 0 ? stream->handle : library_default_stream().handle, accesses,
-        [context = std::move(context), run, name] {
-          if (const char* error = run(context.get()))
+        [context = std::move(context), run](std::span<const std::uint64_t> host) {
+          if (const char* error = run(context.get(), host.data()))
             throw_error(Errc::device_error, error);  // the simulator names the task
         },
         name);

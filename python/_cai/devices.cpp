@@ -33,7 +33,7 @@ std::string count_text() {
   auto& b = backend();
   const int n = b.device_count();
   std::string s = std::to_string(n) + (n == 1 ? " device" : " devices");
-  if (b.as_simulator())
+  if (b.simulated())
     return "the simulator has " + s + " (CAI_SIM_DEVICES=" + std::to_string(n) + ")";
   return "the CUDA driver sees " + s;
 }
@@ -198,14 +198,15 @@ void bind_devices(nb::module_& m) {
           nb::sig("def __exit__(self, *args: object) -> None"));
   sim.def("hold", exit_safe([](nb::handle stream) {
             auto s = stream_arg(stream, "sim.hold()", library_default_stream());
+            if (!device::sim::active())
+              throw_error(Errc::device_error,
+                          "sim.hold(): the driver is not the simulator; set CAI_BACKEND=sim");
             SimGate gate;
-            device::sim::enqueue_task(
-                s.handle, {},
-                [state = gate.state] {
-                  std::unique_lock lock(state->mu);
-                  state->cv.wait(lock, [&] { return state->released; });
-                },
-                "hold");
+            // A host function that blocks: later work on the stream waits for it.
+            backend().launch_host_func(s.handle, [state = gate.state] {
+              std::unique_lock lock(state->mu);
+              state->cv.wait(lock, [&] { return state->released; });
+            });
             return gate;
           }),
           nb::arg("stream"),

@@ -13,7 +13,7 @@ void bind_info(nb::module_& m) {
       [] {
         const device::CudaInfo info = device::cuda_info();
         nb::dict d;
-        d["headers_version"] = info.headers_version;
+        d["api_version"] = info.api_version;
         d["kernels"] = info.kernels;
         d["driver_loaded"] = info.driver_loaded;
         d["driver_version"] = info.driver_version;

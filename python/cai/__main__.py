@@ -60,8 +60,8 @@ def parser() -> argparse.ArgumentParser:
     info = commands.add_parser(
         "info", help="show the backend, devices, CUDA driver and toolkit, and libraries found",
         description="Prints what cai runs on here (as cai.show_config() does): the backend and "
-                    "why it was chosen, the devices, the CUDA driver and the CUDA headers cai "
-                    "was built with, the simulator's state, cai's switches, and the versions of "
+                    "why it was chosen, the devices, the CUDA driver, the driver API version "
+                    "cai requests and whether its kernels were compiled, the simulator's state, cai's switches, and the versions of "
                     "NumPy, CuPy, PyTorch, JAX and Numba installed.")
     info.add_argument("--json", action="store_true", help="write it as JSON")
     info.set_defaults(run=_info)

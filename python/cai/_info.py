@@ -1,7 +1,7 @@
 """cai.show_config() and `python -m cai info`: what cai runs on here, for bug reports.
 
 Like `numba -s` and `cupy.show_config()`: the backend and why it was chosen, the devices, the
-CUDA driver and the CUDA headers cai was built with, the simulator's state, cai's switches, and
+CUDA driver, the driver API version cai requests and whether its kernels were compiled, the simulator's state, cai's switches, and
 the versions of the array libraries installed. Library versions come from the installed
 packages' metadata: nothing heavy is imported.
 """
@@ -96,8 +96,9 @@ def _lines(info: dict[str, Any]) -> list[str]:
            f"Python {info['python']} on {info['platform']}",
            f"Backend: {info['backend'] or 'none'} ({info['backend_reason']})"]
     if info["backend"] == "simulator":
-        out.append("  The CPU simulator stands in for a GPU: real asynchronous streams on host "
-                   "threads, no CUDA needed (docs/simulator.md)")
+        out.append("  The CUDA backend runs on cai's simulated driver: the driver's entry points "
+                   "on the CPU, real asynchronous streams on host threads, no GPU needed "
+                   "(docs/simulator.md)")
         detection = "on" if info["simulator"]["race_detection"] else "off"
         out.append(f"  race detection: {detection} (cai.sim.set_race_detection)")
     for d in info["devices"]:
@@ -105,10 +106,10 @@ def _lines(info: dict[str, Any]) -> list[str]:
         what = "simulated" if info["backend"] == "simulator" else f"compute capability {cc}"
         out.append(f"  device {d['ordinal']}: {d['name']}, {what}, "
                    f"{d['total_memory'] / 2**30:.1f} GiB, {d['multiprocessors']} multiprocessors")
-    headers = (f"CUDA {cuda_version_text(cuda['headers_version'])}" if cuda["headers_version"]
-               else "none (CUDA backend compiled out)")
-    kernels = "compiled to PTX" if cuda["kernels"] else "not built (no nvcc at build time)"
-    out.append(f"CUDA headers at build time: {headers}; kernels: {kernels}")
+    kernels = ("compiled to PTX" if cuda["kernels"]
+               else "no PTX (no nvcc at build time): they run on the simulated driver only")
+    out.append(f"Driver API requested: CUDA {cuda_version_text(cuda['api_version'])}; "
+               f"kernels: {kernels}")
     if cuda["driver_loaded"]:
         out.append(f"CUDA driver: {cuda_version_text(cuda['driver_version'])}, "
                    f"{cuda['devices']} device(s)")

@@ -117,6 +117,25 @@ OperationDevice::OperationDevice(const char* entry, std::span<const NamedView> o
     }
   }
   if (device >= 0) guard_.emplace(device);
+  device_ = device;
+}
+
+int OperationDevice::device() const {
+  return device_ >= 0 ? device_ : device::backend().current_device();
+}
+
+KernelOperands::KernelOperands(const char* entry, std::span<const NamedView> operands,
+                               const sync::StreamRef& stream)
+    : device_(entry, operands, stream) {
+  auto& backend = device::backend();
+  const int device = device_.device();
+  for (const NamedView& op : operands) {
+    const View& v = *op.view;
+    if (v.layout().nbytes() == 0) continue;
+    const std::optional<ByteRange> r = v.layout().byte_range(v.ptr());
+    if (!r) throw_error(Errc::overflow, std::string(entry) + ": " + op.name + " wraps around");
+    backend.check_kernel_memory(entry, op.name, r->lo, r->hi, device);
+  }
 }
 
 bool copy_between_devices(const View& dst, const View& src, const sync::StreamRef& stream) {

@@ -10,10 +10,10 @@
 
 namespace cai::device::detail {
 
-/// A new backend for CAI_BACKEND = `env_value` ("" = unset): "sim" the simulator (with
-/// CAI_SIM_DEVICES devices), "cuda" the CUDA driver backend (throws Error(device_error) when
-/// it cannot be used), unset CUDA when probe_cuda() says so, else the simulator. Any other
-/// value throws Error(value_error) naming it and the accepted ones.
+/// A new backend for CAI_BACKEND = `env_value` ("" = unset): "sim" over a new simulated driver
+/// (with CAI_SIM_DEVICES devices), "cuda" over libcuda.so.1 (throws Error(device_error) saying
+/// why when it cannot be used), unset libcuda.so.1 when it loads with a device, else the
+/// simulator. Any other value throws Error(value_error) naming it and the accepted ones.
 std::unique_ptr<Backend> select_backend(std::string_view env_value);
 
 }  // namespace cai::device::detail

@@ -36,8 +36,8 @@ def refused(fn, *parts):
 """
 
 BACKENDS = ["sim"] + (["cuda"] if cai.cuda_available() else [])
-NOT_BACKEND_MEMORY = {"sim": "is not in any allocation of the simulator",
-                      "cuda": "is not CUDA memory"}
+# One backend: the same refusal on the simulated driver as on a GPU.
+NOT_BACKEND_MEMORY = {"sim": "is not CUDA memory", "cuda": "is not CUDA memory"}
 
 
 def run(code, backend):

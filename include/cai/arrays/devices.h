@@ -52,8 +52,26 @@ class OperationDevice {
   OperationDevice(const char* entry, std::span<const NamedView> operands,
                   const sync::StreamRef& stream);
 
+  /// The device the operation runs on (the current one when nothing says otherwise).
+  int device() const;
+
  private:
+  int device_ = -1;
   std::optional<DeviceGuard> guard_;
+};
+
+/// The operands of a kernel that dereferences them itself (an extension module's kernel):
+/// the operation's device, current for the scope (OperationDevice), and each operand checked
+/// to be memory a kernel on that device can reach, inside one live allocation
+/// (device::Backend::check_kernel_memory): the rule cai's own operations apply, which cannot
+/// stage here. Throws Error(device_error) naming the operand before any work.
+class KernelOperands {
+ public:
+  KernelOperands(const char* entry, std::span<const NamedView> operands,
+                 const sync::StreamRef& stream);
+
+ private:
+  OperationDevice device_;
 };
 
 /// dst[...] = src[...] when dst and src are in device memory of different devices: a peer copy

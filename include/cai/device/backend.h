@@ -1,12 +1,14 @@
 #pragma once
 
-// The device layer: one interface over memory, streams, events and pointer attributes,
-// implemented by the CUDA driver API (loaded at run time) and by a CPU simulator.
+// The device layer: memory, streams, events and pointer attributes over the CUDA driver API,
+// whose entry points come from libcuda.so.1 (opened at run time) or from cai's simulated
+// driver.
 
 #include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,10 +18,6 @@
 #include "cai/device/operations.h"
 
 namespace cai::device {
-
-namespace detail {
-class SimBackend;
-}
 
 /// A stream as the CUDA Array Interface writes it: 1 is the legacy default stream, 2 the
 /// per-thread default stream, any other value a CUstream. 0 is never a valid handle here.
@@ -97,107 +95,127 @@ struct CallCounts {
   std::uint64_t stream_synchronize = 0;
 };
 
+namespace detail {
+struct BackendState;
+}
+
+/// The device layer's one backend: the CUDA driver API, called through the driver's table of
+/// entry points, which comes from libcuda.so.1 or from cai's simulated driver (a CPU
+/// implementation of the same entry points with a race detector, docs/simulator.md). Nothing
+/// above the table differs between the two. Thread-safe.
 class Backend {
  public:
-  virtual ~Backend() = default;
+  /// A backend over a loaded driver (make_backend() in src/device/cuda/backend.h).
+  explicit Backend(std::unique_ptr<detail::BackendState> state);
+  ~Backend();
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
 
   CallCounts call_counts() const noexcept;
   void reset_call_counts() noexcept;
 
-  /// "cuda" or "simulator".
-  virtual std::string_view name() const = 0;
+  /// "cuda" (libcuda.so.1) or "simulator" (the simulated driver).
+  std::string_view name() const noexcept;
+  /// Whether the driver is cai's simulator (which adds the controls of cai/device/simulator.h).
+  bool simulated() const noexcept;
 
   // Devices and contexts.
-  virtual int device_count() = 0;
-  virtual DeviceProperties properties(int device) = 0;
-  virtual int current_device() = 0;
-  virtual void set_current_device(int device) = 0;
+  int device_count();
+  DeviceProperties properties(int device);
+  int current_device();
+  void set_current_device(int device);
 
   // Memory. alloc(…, 0) returns 0 and free(0) does nothing.
-  virtual std::uint64_t alloc(MemoryKind kind, std::size_t bytes) = 0;
-  virtual void free(std::uint64_t ptr) = 0;
-  virtual PointerInfo pointer_info(std::uint64_t ptr) = 0;
+  std::uint64_t alloc(MemoryKind kind, std::size_t bytes);
+  void free(std::uint64_t ptr);
+  PointerInfo pointer_info(std::uint64_t ptr);
+  /// Page-locks host memory the caller owns (cuMemHostRegister) until host_unregister.
+  void host_register(std::uint64_t ptr, std::size_t bytes);
+  void host_unregister(std::uint64_t ptr);
+  /// Throws Error(device_error) unless [r.lo, r.hi) is memory a kernel running on `device`
+  /// can dereference, inside one live allocation (the rule every operation applies to array
+  /// data; extension kernels get it through the C API). `where`/`name` start the message.
+  PointerInfo check_kernel_memory(std::string_view where, std::string_view name, std::uint64_t lo,
+                                  std::uint64_t hi, int device);
 
   // Stream-ordered operations.
-  virtual void memset_async(std::uint64_t dst, int byte, std::size_t bytes, StreamHandle s) = 0;
+  void memset_async(std::uint64_t dst, int byte, std::size_t bytes, StreamHandle s);
   /// Plain copy between any two memory kinds (host pointers included).
-  virtual void copy_async(std::uint64_t dst, std::uint64_t src, std::size_t bytes,
-                          StreamHandle s) = 0;
+  void copy_async(std::uint64_t dst, std::uint64_t src, std::size_t bytes, StreamHandle s);
   /// dst = src element by element (equal shapes and item sizes, any strides); the result is as
   /// if src were read completely before dst is written, also when they overlap.
-  virtual void copy_strided_async(const Operand& dst, const Operand& src, StreamHandle s) = 0;
+  void copy_strided_async(const Operand& dst, const Operand& src, StreamHandle s);
   /// Writes the `dst.layout.itemsize()` bytes at `value` to every element of dst.
-  virtual void fill_async(const Operand& dst, const void* value, StreamHandle s) = 0;
+  void fill_async(const Operand& dst, const void* value, StreamHandle s);
   /// operands[0] = op(operands[1], ...) elementwise on `type` (cai/device/operations.h): as
   /// many operands as 1 + the operation's inputs, one shape, item size element_size(type).
-  /// An input either is the output (same elements) or shares no bytes with it.
-  virtual void elementwise_async(ElementwiseOp op, ElementType type,
-                                 std::span<const Operand> operands, StreamHandle s) = 0;
+  /// An input either is the output (same elements) or shares no bytes with it. Operands that
+  /// are not naturally aligned for `type` are staged, as are those the kernel cannot reach.
+  void elementwise_async(ElementwiseOp op, ElementType type, std::span<const Operand> operands,
+                         StreamHandle s);
+  /// Runs fn on a host thread once the work enqueued on s so far is done, without blocking
+  /// the caller (cuLaunchHostFunc); later work on s waits for it. fn must not call the backend.
+  void launch_host_func(StreamHandle s, std::function<void()> fn);
 
   // Stream-ordered memory, for temporaries of one stream.
   /// Device memory for work enqueued on s from now on (0 for 0 bytes).
-  virtual std::uint64_t alloc_async(std::size_t bytes, StreamHandle s) = 0;
+  std::uint64_t alloc_async(std::size_t bytes, StreamHandle s);
   /// Frees memory from alloc_async once the work enqueued on s so far has completed, without
   /// blocking the host; work enqueued later (on any stream) must not use it.
-  virtual void free_async(std::uint64_t ptr, StreamHandle s) = 0;
+  void free_async(std::uint64_t ptr, StreamHandle s);
 
   // Streams. stream_create returns a new handle (never 0, 1 or 2).
-  virtual StreamHandle stream_create(bool non_blocking) = 0;
-  virtual void stream_destroy(StreamHandle s) = 0;
-  virtual void stream_synchronize(StreamHandle s) = 0;
+  StreamHandle stream_create(bool non_blocking);
+  void stream_destroy(StreamHandle s);
+  void stream_synchronize(StreamHandle s);
   /// true when all work enqueued so far has completed.
-  virtual bool stream_query(StreamHandle s) = 0;
+  bool stream_query(StreamHandle s);
 
   // Events.
-  virtual EventHandle event_create(bool timing) = 0;
-  virtual void event_destroy(EventHandle e) = 0;
-  virtual void event_record(EventHandle e, StreamHandle s) = 0;
-  virtual void stream_wait_event(StreamHandle s, EventHandle e) = 0;
-  virtual void event_synchronize(EventHandle e) = 0;
-  virtual bool event_query(EventHandle e) = 0;
-  virtual float event_elapsed_ms(EventHandle start, EventHandle end) = 0;
+  EventHandle event_create(bool timing);
+  void event_destroy(EventHandle e);
+  void event_record(EventHandle e, StreamHandle s);
+  void stream_wait_event(StreamHandle s, EventHandle e);
+  void event_synchronize(EventHandle e);
+  bool event_query(EventHandle e);
+  float event_elapsed_ms(EventHandle start, EventHandle end);
 
   /// Waits for all work on the current device.
-  virtual void synchronize() = 0;
+  void synchronize();
 
   // Several devices and several processes (docs/scale-out.md).
   /// The device a stream belongs to; the default streams (1, 2) name the current device's.
-  virtual int stream_device(StreamHandle s) = 0;
+  int stream_device(StreamHandle s);
   /// Copies bytes from device memory of src_device to device memory of dst_device, ordered on
   /// s (cuMemcpyPeerAsync): no peer access needs to be enabled.
-  virtual void copy_peer_async(std::uint64_t dst, int dst_device, std::uint64_t src, int src_device,
-                               std::size_t bytes, StreamHandle s) = 0;
+  void copy_peer_async(std::uint64_t dst, int dst_device, std::uint64_t src, int src_device,
+                       std::size_t bytes, StreamHandle s);
   /// A handle another process opens to map the device allocation starting at `base`.
-  virtual IpcMemoryHandle ipc_export_memory(std::uint64_t base) = 0;
+  IpcMemoryHandle ipc_export_memory(std::uint64_t base);
   /// Maps an allocation of another process on the current device; returns its start here
   /// (another address than in the exporter). Released by ipc_close_memory, never by free.
-  virtual std::uint64_t ipc_open_memory(const IpcMemoryHandle& handle) = 0;
+  std::uint64_t ipc_open_memory(const IpcMemoryHandle& handle);
   /// Unmaps what ipc_open_memory returned, after the work already queued on it.
-  virtual void ipc_close_memory(std::uint64_t base) = 0;
+  void ipc_close_memory(std::uint64_t base);
   /// An event on the current device that other processes can wait on (no timing).
-  virtual EventHandle ipc_event_create() = 0;
+  EventHandle ipc_event_create();
   /// The handle of an event made by ipc_event_create; its records are seen by the importers.
-  virtual IpcEventHandle ipc_export_event(EventHandle e) = 0;
+  IpcEventHandle ipc_export_event(EventHandle e);
   /// Opens another process's event; destroyed with event_destroy.
-  virtual EventHandle ipc_open_event(const IpcEventHandle& handle) = 0;
+  EventHandle ipc_open_event(const IpcEventHandle& handle);
 
-  /// The simulator behind this interface, or null (virtual: cheaper than a dynamic_cast).
-  virtual detail::SimBackend* as_simulator() noexcept { return nullptr; }
+  /// The state behind the interface (internal to src/device).
+  detail::BackendState& state() noexcept { return *state_; }
 
- protected:
-  /// Counted by the implementations where they make the call (relaxed: counts, not order).
-  struct Counter {
-    std::atomic<std::uint64_t> n{0};
-    void bump() noexcept { n.fetch_add(1, std::memory_order_relaxed); }
-  };
-  struct Counters {
-    Counter event_record, stream_wait_event, event_create, pointer_query, stream_synchronize;
-  } counts_;
+ private:
+  std::unique_ptr<detail::BackendState> state_;
 };
 
-/// The process-wide backend: chosen once, on first use, from CAI_BACKEND ("sim", "cuda" or
-/// unset = CUDA when a driver and a device are present, else the simulator). Extension modules
-/// link no cai library and reach cai._cai's through its C API (include/cai/capi.h).
+/// The process-wide backend: its driver chosen once, on first use, from CAI_BACKEND ("sim" the
+/// simulated driver, "cuda" libcuda.so.1, unset = libcuda.so.1 when it has a device, else the
+/// simulator). Extension modules link no cai library and reach cai._cai's through its C API
+/// (include/cai/capi.h). In a process forked after the backend was made, throws
+/// Error(device_error): a driver's state does not survive fork (use the spawn start method).
 Backend& backend();
 
 /// Marks the process as exiting (the Python package does it from an atexit hook): from then on
@@ -206,14 +224,14 @@ Backend& backend();
 void set_exiting() noexcept;
 bool exiting() noexcept;
 
-/// True when a CUDA driver with at least one device can be loaded (never throws).
+/// True when libcuda.so.1 with at least one device can be loaded (never throws).
 bool cuda_available();
 
 /// What cai knows about CUDA here, for `python -m cai info`. Loads the driver (once per
 /// process) but never chooses the backend; never throws.
 struct CudaInfo {
-  int headers_version = 0;     ///< CUDA_VERSION of the headers cai was built with; 0: none
-  bool kernels = false;        ///< cai's kernels were compiled (nvcc found at build time)
+  int api_version = 0;         ///< the driver ABI cai requests (cuGetProcAddress), e.g. 12000
+  bool kernels = false;        ///< cai's kernels were compiled to PTX (nvcc found at build time)
   bool driver_loaded = false;  ///< libcuda.so.1 loaded and initialised with a device
   int driver_version = 0;      ///< cuDriverGetVersion (e.g. 12040); 0 when unknown
   int devices = 0;             ///< CUDA devices the driver reports

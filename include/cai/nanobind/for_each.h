@@ -7,7 +7,8 @@
 //   - on the CUDA backend it runs in a kernel, which exists when this header is compiled by
 //     nvcc (cai_add_extension(... CUDA) does that where nvcc is found);
 //   - on the simulator it runs as a host task on the stream, declared to read the read-only
-//     arrays and write the writable ones, so that the race detector checks it like any kernel.
+//     arrays and write the writable ones, so that the race detector checks it like any kernel;
+//     the task reaches the arrays where the simulator lets the host see device memory.
 // Either way the work is ordered on `stream` with the CAI v3 rules, without blocking the host.
 
 #include <cstdint>
@@ -54,6 +55,22 @@ CAI_HOST_DEVICE void apply_at(std::int64_t linear, const Extents<N>& shape, F& f
   f(element_at<Refs, N>(refs, index)...);
 }
 
+// The same view of the same elements at another address of them (N > 0: shape and strides).
+template <class Ref>
+Ref rebased(const Ref& r, std::uint64_t data) {
+  auto* p = reinterpret_cast<typename Ref::element_type*>(static_cast<std::uintptr_t>(data));
+  if constexpr (Ref::ndim == 0) {
+    return Ref(p);
+  } else {
+    typename Ref::Extents shape{}, strides{};
+    for (int k = 0; k < Ref::ndim; ++k) {
+      shape[k] = r.shape(k);
+      strides[k] = r.stride(k);
+    }
+    return Ref(p, shape, strides);
+  }
+}
+
 template <int N, class F, class... Refs>
 struct HostTask {
   F f;
@@ -62,15 +79,10 @@ struct HostTask {
   std::tuple<Refs...> refs;
   std::string error;
 
-  static const char* run(void* context) {
+  static const char* run_at(void* context, const std::uint64_t* data) {
     auto* task = static_cast<HostTask*>(context);
     try {
-      std::apply(
-          [task](const Refs&... refs) {
-            for (std::int64_t i = 0; i < task->size; ++i)
-              apply_at<N>(i, task->shape, task->f, refs...);
-          },
-          task->refs);
+      task->run_all(data, std::index_sequence_for<Refs...>{});
       return nullptr;
     } catch (const std::exception& e) {
       task->error = e.what();
@@ -80,6 +92,17 @@ struct HostTask {
     return task->error.c_str();
   }
   static void destroy(void* context) { delete static_cast<HostTask*>(context); }
+
+  // Every element, with each view moved to where the host reaches its elements.
+  template <std::size_t... I>
+  void run_all(const std::uint64_t* data, std::index_sequence<I...>) {
+    const std::tuple<Refs...> here{rebased(std::get<I>(refs), data[I])...};
+    std::apply(
+        [this](const Refs&... at) {
+          for (std::int64_t e = 0; e < size; ++e) apply_at<N>(e, shape, f, at...);
+        },
+        here);
+  }
 };
 
 #if defined(__CUDACC__)
@@ -160,8 +183,8 @@ void for_each(const stream& s, F f, First& first, Rest&... rest) {
       auto* task = new Task{f, shape, size, {first.ref(), rest.ref()...}, {}};
       CaiArray* handles[] = {first.handle(), rest.handle()...};
       const std::uint8_t writes[] = {First::is_writable, Rest::is_writable...};
-      const CaiHostTask host{sizeof(CaiHostTask), "cai::nb::for_each", task, &Task::run,
-                             &Task::destroy};
+      const CaiHostTask host{sizeof(CaiHostTask), "cai::nb::for_each", task, nullptr,
+                             &Task::destroy,      &Task::run_at};
       const CaiStream work = s.c_stream();
       detail::check(
           detail::api().enqueue_host_task(&work, handles, writes, 1 + sizeof...(Rest), &host));

@@ -1,37 +1,26 @@
-# The CUDA driver backend. Needs only the toolkit's headers (for the driver API's types) and
-# nvcc (for one PTX generation step); the library is compiled by the host compiler and never
-# links libcuda or cudart: libcuda.so.1 is opened with dlopen at run time. Without headers the
-# backend is compiled out; without nvcc it is built without kernels.
-option(CAI_ENABLE_CUDA "Build the CUDA driver backend when CUDA headers are found" ON)
+# The kernels' PTX. The backend itself is plain C++ (it declares the driver ABI it calls in
+# src/device/driver/abi.h and opens libcuda.so.1 at run time), so it is always built; nvcc runs
+# for one step only, compiling kernels.cu to PTX that is embedded in the library. Without
+# nvcc the library embeds a manifest of the kernels' names instead: the simulated driver runs
+# them, a real driver cannot (fill, add and strided copies then say so).
+option(CAI_ENABLE_CUDA "Compile the kernels to PTX when nvcc is found" ON)
 set(CAI_CUDA_PTX_ARCH "compute_75" CACHE STRING
     "Virtual architecture of the embedded PTX (the lowest one nvcc still accepts)")
 # PTX ISA 8.0 is CUDA 12.0's, the oldest driver the loader accepts; ptxas checks at build time
 # that the kernels need nothing newer. Empty keeps the ISA nvcc writes (its own CUDA version).
 set(CAI_CUDA_PTX_ISA "8.0" CACHE STRING "PTX ISA version the embedded PTX declares")
 
-set(_cai_cuda_headers 0)
 set(_cai_cuda_kernels 0)
 if(CAI_ENABLE_CUDA)
   find_package(CUDAToolkit QUIET)
-  # find_path also covers a headers-only toolkit that FindCUDAToolkit rejects.
-  find_path(CAI_CUDA_INCLUDE_DIR cuda.h
-    HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV CUDA_PATH ENV CUDA_HOME
-    PATHS /usr/local/cuda
-    PATH_SUFFIXES include)
   find_program(CAI_NVCC_EXECUTABLE nvcc
     HINTS ${CUDAToolkit_BIN_DIR} ENV CUDA_PATH ENV CUDA_HOME
     PATHS /usr/local/cuda
     PATH_SUFFIXES bin)
   if(CAI_NVCC_EXECUTABLE)
+    set(_cai_cuda_kernels 1)
     get_filename_component(_cai_nvcc_dir ${CAI_NVCC_EXECUTABLE} DIRECTORY)
     find_program(CAI_PTXAS_EXECUTABLE ptxas HINTS ${_cai_nvcc_dir} NO_DEFAULT_PATH)
-  endif()
-  if(CAI_CUDA_INCLUDE_DIR)
-    set(_cai_cuda_headers 1)
-    target_include_directories(cai_device SYSTEM PRIVATE ${CAI_CUDA_INCLUDE_DIR})
-  endif()
-  if(_cai_cuda_headers AND CAI_NVCC_EXECUTABLE)
-    set(_cai_cuda_kernels 1)
   endif()
 endif()
 
@@ -77,13 +66,12 @@ if(_cai_cuda_kernels)
   endif()
 endif()
 
-target_compile_definitions(cai_device PRIVATE CAI_HAVE_CUDA_HEADERS=${_cai_cuda_headers}
-                                              CAI_HAVE_CUDA_KERNELS=${_cai_cuda_kernels})
-if(NOT _cai_cuda_headers)
-  message(STATUS "cai: CUDA headers not found; the CUDA backend is compiled out (simulator only)")
-elseif(NOT _cai_cuda_kernels)
-  message(STATUS "cai: nvcc not found; the CUDA backend is built without kernels")
+target_compile_definitions(cai_device PRIVATE CAI_HAVE_CUDA_KERNELS=${_cai_cuda_kernels}
+                                              CAI_CUDA_PTX_ISA="${CAI_CUDA_PTX_ISA}")
+if(NOT _cai_cuda_kernels)
+  message(STATUS "cai: nvcc not found; the kernels exist only for the simulated driver "
+                 "(fill, add and strided copies cannot run on a GPU)")
 else()
-  message(STATUS "cai: CUDA backend with PTX kernels (${CAI_NVCC_EXECUTABLE}, "
+  message(STATUS "cai: kernels compiled to PTX (${CAI_NVCC_EXECUTABLE}, "
                  "${CAI_CUDA_PTX_ARCH}, PTX ISA ${CAI_CUDA_PTX_ISA})")
 endif()

@@ -75,11 +75,11 @@ TEST(backend_select, process_wide_backend_and_sim_controls) {
   EXPECT_EQ(&backend(), b);  // chosen once
   EXPECT_EQ(sim::active(), b->name() == "simulator");
   if (!sim::active()) {
-    EXPECT_THAT([&] { sim::delay(kLegacyDefaultStream, 0); },
-                ThrowsCaiError(
-                    Errc::device_error,
-                    HasSubstr("cai::device::sim::delay(): the active backend is \"cuda\", not the "
-                              "simulator")));
+    EXPECT_THAT(
+        [&] { sim::delay(kLegacyDefaultStream, 0); },
+        ThrowsCaiError(Errc::device_error,
+                       HasSubstr("cai::device::sim::delay(): the driver is \"cuda\", not the "
+                                 "simulator")));
     EXPECT_THAT([&] { sim::set_race_detection(true); },
                 ThrowsCaiError(Errc::device_error, HasSubstr("not the simulator")));
     return;
@@ -90,7 +90,12 @@ TEST(backend_select, process_wide_backend_and_sim_controls) {
   std::atomic<int> ran{0};
   const sim::Access acc[] = {sim::Access::contiguous(p, 64, true)};
   sim::enqueue_task(
-      s, acc, [&] { ++ran; }, "writer");
+      s, acc,
+      [&](std::span<const std::uint64_t> host) {
+        EXPECT_EQ(host[0], p);  // pinned memory: the host reaches it at its own address
+        ++ran;
+      },
+      "writer");
   EXPECT_FALSE(b->stream_query(s));
   EXPECT_THAT([&] { sim::host_access(p, 8, false); },
               ThrowsCaiError(Errc::race, HasSubstr("race: host_access on the host reads")));

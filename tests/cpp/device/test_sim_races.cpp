@@ -9,7 +9,6 @@
 
 #include "cai/device/simulator.h"
 #include "cai_matchers.h"
-#include "device/sim/sim_backend.h"
 #include "test_sim_util.h"
 
 namespace cai::device::detail {
@@ -45,7 +44,7 @@ class SimRaceTest : public ::testing::Test {
     sim->copy_async(pinned + 128, p, n, s);
   }
 
-  std::unique_ptr<SimBackend> sim = make_sim_backend();
+  std::unique_ptr<test::Simulator> sim = test::make_simulator();
   std::uint64_t buf = 0, pinned = 0;
   StreamHandle s1 = 0, s2 = 0, nb = 0;
 };
@@ -60,8 +59,9 @@ TEST_F(SimRaceTest, missing_wait_is_a_race) {
         sim->elementwise_async(ElementwiseOp::add, ElementType::f32, ops, s2);
       },
       Errc::race);
-  EXPECT_EQ(msg, "race: add_async on stream " + hex(s2) + " writes [" + hex(buf) +
-                     "+64) while memset_async on stream " + hex(s1) +
+  // The driver names what it was asked to run: the kernel's entry, the copy's entry point.
+  EXPECT_EQ(msg, "race: cai_add_f32_contiguous on stream " + hex(s2) + " writes [" + hex(buf) +
+                     "+64) while cuMemsetD8Async on stream " + hex(s1) +
                      " (not ordered before it: no event wait or synchronize) writes [" + hex(buf) +
                      "+64)");
   // The racing operation was not enqueued.
@@ -71,14 +71,14 @@ TEST_F(SimRaceTest, missing_wait_is_a_race) {
 TEST_F(SimRaceTest, read_after_unordered_write_and_write_after_unordered_read) {
   write(buf, s1);
   EXPECT_THAT([&] { read(buf, s2); },
-              ThrowsCaiError(Errc::race, HasSubstr("copy_async on stream " + hex(s2) + " reads [" +
-                                                   hex(buf) + "+64)")));
+              ThrowsCaiError(Errc::race, HasSubstr("cuMemcpyAsync on stream " + hex(s2) +
+                                                   " reads [" + hex(buf) + "+64)")));
   sim->stream_synchronize(s1);
   read(buf + 64, s1);
   EXPECT_THAT(
       [&] { write(buf + 64, s2); },
       ThrowsCaiError(Errc::race,
-                     HasSubstr("while copy_async on stream " + hex(s1) +
+                     HasSubstr("while cuMemcpyAsync on stream " + hex(s1) +
                                " (not ordered before it: no event wait or synchronize) reads [" +
                                hex(buf + 64) + "+64)")));
 }
@@ -99,7 +99,7 @@ TEST_F(SimRaceTest, event_wait_orders_streams) {
   // Work enqueued on s1 after the record is not covered by the event.
   write(buf + 128, s1);
   EXPECT_THAT([&] { read(buf + 128, s2); },
-              ThrowsCaiError(Errc::race, HasSubstr("memset_async on stream " + hex(s1))));
+              ThrowsCaiError(Errc::race, HasSubstr("cuMemsetD8Async on stream " + hex(s1))));
   sim->event_destroy(e);
   sim->event_destroy(e2);
 }
@@ -108,7 +108,8 @@ TEST_F(SimRaceTest, waiting_on_a_never_recorded_event_orders_nothing) {
   write(buf, s1);
   const EventHandle e = sim->event_create(false);
   sim->stream_wait_event(s2, e);
-  EXPECT_THAT([&] { write(buf, s2); }, ThrowsCaiError(Errc::race, HasSubstr("race: memset_async")));
+  EXPECT_THAT([&] { write(buf, s2); },
+              ThrowsCaiError(Errc::race, HasSubstr("race: cuMemsetD8Async")));
   sim->event_destroy(e);
 }
 
@@ -125,7 +126,7 @@ TEST_F(SimRaceTest, host_access_needs_a_synchronize) {
   EXPECT_THAT(
       [&] { sim->host_access(sim::Access::contiguous(pinned, 8, false)); },
       ThrowsCaiError(Errc::race, HasSubstr("race: host_access on the host reads [" + hex(pinned) +
-                                           "+8) while memset_async on stream " + hex(s1))));
+                                           "+8) while cuMemsetD8Async on stream " + hex(s1))));
   sim->stream_synchronize(s1);
   sim->host_access(sim::Access::contiguous(pinned, 8, false));
   sim->host_access(sim::Access::contiguous(pinned, 64, true), "numpy write");
@@ -135,7 +136,7 @@ TEST_F(SimRaceTest, host_access_needs_a_synchronize) {
   EXPECT_THAT(
       [&] { sim->host_access(sim::Access::contiguous(pinned, 4, true), "numpy write"); },
       ThrowsCaiError(Errc::race, HasSubstr("race: numpy write on the host writes [" + hex(pinned) +
-                                           "+4) while copy_async on stream " + hex(s2))));
+                                           "+4) while cuMemcpyAsync on stream " + hex(s2))));
   // An event synchronize, a successful query or a device synchronize also order the host.
   const EventHandle e = sim->event_create(false);
   sim->event_record(e, s2);
@@ -159,12 +160,35 @@ TEST_F(SimRaceTest, host_cannot_touch_device_memory) {
 
 TEST_F(SimRaceTest, pageable_host_memory_is_tracked_too) {
   std::vector<char> host(64);
-  sim->host_access(sim::Access::contiguous(addr(host.data()), 64, true));
-  sim->copy_async(buf, addr(host.data()), 64, s1);  // ordered after the host's write
-  EXPECT_THAT([&] { sim->host_access(sim::Access::contiguous(addr(host.data()), 64, true)); },
-              ThrowsCaiError(Errc::race, HasSubstr("while copy_async on stream " + hex(s1))));
+  const sim::Access all[] = {sim::Access::contiguous(addr(host.data()), 64, true)};
+  sim->host_access(all[0]);
+  sim->delay(s1, 0.05);
+  sim->enqueue_task(
+      s1, all, [] {}, "writer");  // ordered after the host's write
+  EXPECT_THAT([&] { sim->host_access(all[0]); },
+              ThrowsCaiError(Errc::race, HasSubstr("while writer on stream " + hex(s1))));
   sim->stream_synchronize(s1);
+  sim->host_access(all[0]);
+  sim->forget(addr(host.data()), 64);
+}
+
+TEST_F(SimRaceTest, copies_with_pageable_host_memory_are_done_when_the_call_returns) {
+  // As the driver documents: the caller may reuse a pageable buffer at once.
+  std::vector<char> host(64, 7);
+  sim->delay(s1, 0.05);
+  sim->copy_async(buf, addr(host.data()), 64, s1);
+  EXPECT_TRUE(sim->stream_query(s1));
   sim->host_access(sim::Access::contiguous(addr(host.data()), 64, true));
+  sim->delay(s1, 0.05);
+  sim->copy_async(addr(host.data()), buf, 64, s1);
+  EXPECT_TRUE(sim->stream_query(s1));
+  sim->host_access(sim::Access::contiguous(addr(host.data()), 64, false));
+  // Pinned memory stays asynchronous: the host must synchronize.
+  sim->delay(s1, 0.05);
+  sim->copy_async(pinned, buf, 64, s1);
+  EXPECT_THAT([&] { sim->host_access(sim::Access::contiguous(pinned, 64, false)); },
+              ThrowsCaiError(Errc::race, HasSubstr("cuMemcpyAsync on stream " + hex(s1))));
+  sim->stream_synchronize(s1);
   sim->forget(addr(host.data()), 64);
 }
 
@@ -178,8 +202,9 @@ TEST_F(SimRaceTest, legacy_stream_and_blocking_streams_are_ordered) {
 
 TEST_F(SimRaceTest, legacy_stream_and_non_blocking_streams_race) {
   write(buf, nb);
-  EXPECT_THAT([&] { read(buf, kLegacyDefaultStream); },
-              ThrowsCaiError(Errc::race, HasSubstr("copy_async on legacy default stream reads")));
+  EXPECT_THAT(
+      [&] { read(buf, kLegacyDefaultStream); },
+      ThrowsCaiError(Errc::race, HasSubstr("cuMemcpyAsync on legacy default stream reads")));
   write(buf + 64, kLegacyDefaultStream);
   EXPECT_THAT(
       [&] { write(buf + 64, nb); },
@@ -202,7 +227,7 @@ TEST_F(SimRaceTest, per_thread_default_stream_and_legacy_stream) {
     msg = cai::test::error_message([&] { write(b + 64, kPerThreadDefaultStream); }, Errc::race);
   }).join();
   EXPECT_TRUE(test::contains(msg,
-                             "while memset_async on per-thread default stream of host "
+                             "while cuMemsetD8Async on per-thread default stream of host "
                              "thread"))
       << msg;
   // A non-blocking stream is ordered with neither.
@@ -232,8 +257,8 @@ TEST_F(SimRaceTest, interleaved_even_and_odd_views_do_not_race) {
   // All elements overlap both.
   const std::string msg = cai::test::error_message(
       [&] { sim->fill_async(test::dense(buf, {64}, 4), &one, nb); }, Errc::race);
-  EXPECT_TRUE(test::contains(msg, "fill_async on stream " + hex(s1))) << msg;
-  EXPECT_TRUE(test::contains(msg, "fill_async on stream " + hex(s2))) << msg;
+  EXPECT_TRUE(test::contains(msg, "cai_fill_4_strided32 on stream " + hex(s1))) << msg;
+  EXPECT_TRUE(test::contains(msg, "cai_fill_4_strided32 on stream " + hex(s2))) << msg;
   EXPECT_TRUE(test::contains(msg, "more conflicting ranges")) << msg;
 }
 
@@ -312,7 +337,7 @@ TEST_F(SimRaceTest, switching_detection_on_again_keeps_the_history) {
   write(buf, s1);
   sim->set_race_detection(true);  // already on: nothing forgotten
   EXPECT_THAT([&] { write(buf, s2); },
-              ThrowsCaiError(Errc::race, HasSubstr("while memset_async on stream " + hex(s1))));
+              ThrowsCaiError(Errc::race, HasSubstr("while cuMemsetD8Async on stream " + hex(s1))));
 }
 
 // Short-lived streams, each ordered with the data's stream by events (what cai's operations do
@@ -339,8 +364,9 @@ TEST_F(SimRaceTest, stream_churn_keeps_the_state_bounded) {
   EXPECT_LE(slots, 6u);  // the host, s1 and one for the churned streams (plus the fixture's)
   EXPECT_EQ(sim->race_history_size(), history);
   // Races are still caught, and name the stream that made the access.
-  EXPECT_THAT([&] { write(buf, nb); },
-              ThrowsCaiError(Errc::race, HasSubstr("while fill_async on stream " + hex(last))));
+  EXPECT_THAT(
+      [&] { write(buf, nb); },
+      ThrowsCaiError(Errc::race, HasSubstr("while cai_fill_16_contiguous on stream " + hex(last))));
   sim->event_destroy(e);
 }
 
@@ -354,7 +380,7 @@ TEST_F(SimRaceTest, a_slot_goes_only_to_a_stream_ordered_after_its_accesses) {
   write(buf + 128, b);  // b is not ordered after a: a new slot
   EXPECT_EQ(sim->clock_slots(), slots + 1);
   EXPECT_THAT([&] { write(buf, b); },
-              ThrowsCaiError(Errc::race, HasSubstr("while memset_async on stream " + hex(a))));
+              ThrowsCaiError(Errc::race, HasSubstr("while cuMemsetD8Async on stream " + hex(a))));
   sim->stream_destroy(b);
   // ...until something orders the host after them: then new streams reuse them.
   sim->synchronize();

@@ -11,8 +11,7 @@
 #include <vector>
 
 #include "cai_matchers.h"
-#include "device/sim/shared_heap.h"
-#include "device/sim/sim_backend.h"
+#include "device/sim/device_heap.h"
 #include "test_sim_util.h"
 
 namespace cai::device::detail {
@@ -22,21 +21,28 @@ using cai::test::ThrowsCaiError;
 using test::addr;
 using ::testing::HasSubstr;
 
-TEST(shared_heap_test, allocates_reuses_and_merges_blocks) {
-  SharedHeap heap(std::size_t{1} << 20);
+TEST(device_heap_test, allocates_merges_and_hands_freed_addresses_out_last) {
+  DeviceHeap heap(std::size_t{1} << 20);
   const std::uint64_t a = heap.allocate(100), b = heap.allocate(5000), c = heap.allocate(1);
   ASSERT_NE(a, 0u);
   ASSERT_NE(b, 0u);
   ASSERT_NE(c, 0u);
   for (std::uint64_t p : {a, b, c}) {
-    EXPECT_EQ(p % SharedHeap::alignment, 0u);
+    EXPECT_EQ(p % DeviceHeap::alignment, 0u);
     EXPECT_TRUE(heap.contains(p));
   }
-  std::memset(reinterpret_cast<void*>(b), 0x5a, 5000);
+  // The CPU reaches the memory at its alias; the device address itself is not readable.
+  std::memset(heap.alias(b), 0x5a, 5000);
+  EXPECT_EQ(static_cast<unsigned char>(heap.alias(b)[4999]), 0x5a);
+  EXPECT_NE(reinterpret_cast<std::uint64_t>(heap.alias(b)), b);
   heap.release(b, 5000);
-  EXPECT_EQ(heap.allocate(4000), b);  // the best fit is the freed block
+  // A freed address is not handed out again while the rest of the space is free: a stale
+  // pointer to b finds no allocation instead of a new one.
+  const std::uint64_t d = heap.allocate(4000);
+  EXPECT_NE(d, b);
+  EXPECT_GT(d, c);
   heap.release(a, 100);
-  heap.release(b, 4000);
+  heap.release(d, 4000);
   heap.release(c, 1);
   // Everything merged back into one block: the whole capacity is free again.
   const std::uint64_t all = heap.allocate(std::size_t{1} << 20);
@@ -44,11 +50,17 @@ TEST(shared_heap_test, allocates_reuses_and_merges_blocks) {
   EXPECT_EQ(heap.allocate(1), 0u);  // full
   heap.release(all, std::size_t{1} << 20);
   EXPECT_EQ(heap.allocate((std::size_t{1} << 20) + 1), 0u);  // larger than the heap
+  // Once the cursor reaches the end, the space is used from the start again.
+  const std::uint64_t x = heap.allocate(std::size_t{1} << 19);
+  const std::uint64_t y = heap.allocate(std::size_t{1} << 19);
+  heap.release(x, std::size_t{1} << 19);
+  EXPECT_EQ(heap.allocate(256), x);
+  heap.release(y, std::size_t{1} << 19);
 }
 
 class SimScaleTest : public ::testing::Test {
  protected:
-  std::unique_ptr<SimBackend> sim = make_sim_backend(2);
+  std::unique_ptr<test::Simulator> sim = test::make_simulator(2);
 
   std::vector<int> download(std::uint64_t p, std::size_t n) {
     std::vector<int> out(n);
@@ -97,11 +109,12 @@ TEST_F(SimScaleTest, peer_copy_checks_each_side_device) {
   EXPECT_EQ(download(d1, 16), host);
   EXPECT_THAT([&] { sim->copy_peer_async(d1, 0, d0, 0, 64, kLegacyDefaultStream); },
               ThrowsCaiError(Errc::device_error, HasSubstr("dst at")));
-  EXPECT_THAT(
-      [&] { sim->copy_peer_async(d1, 1, d0, 1, 64, kLegacyDefaultStream); },
-      ThrowsCaiError(Errc::device_error, HasSubstr("is memory of device 0, not of device 1")));
+  EXPECT_THAT([&] { sim->copy_peer_async(d1, 1, d0, 1, 64, kLegacyDefaultStream); },
+              ThrowsCaiError(Errc::device_error,
+                             HasSubstr("src at " + test::hex(d0) +
+                                       " is not device memory of the context's device 1")));
   EXPECT_THAT([&] { sim->copy_peer_async(d1, 2, d0, 0, 64, kLegacyDefaultStream); },
-              ThrowsCaiError(Errc::value_error, HasSubstr("device 2 out of range")));
+              ThrowsCaiError(Errc::index_error, HasSubstr("device 2 out of range")));
   sim->free(d0);
   sim->free(d1);
 }
@@ -112,7 +125,7 @@ TEST_F(SimScaleTest, ipc_handles_refuse_what_cannot_be_shared) {
               ThrowsCaiError(Errc::device_error, HasSubstr("not device memory")));
   const std::uint64_t d = sim->alloc(MemoryKind::device, 64);
   EXPECT_THAT([&] { sim->ipc_export_memory(d + 8); },
-              ThrowsCaiError(Errc::device_error, HasSubstr("not the start")));
+              ThrowsCaiError(Errc::value_error, HasSubstr("pass its start")));
   // A handle of this process is refused by name (CUDA fails the same way).
   EXPECT_THAT([&] { sim->ipc_open_memory(sim->ipc_export_memory(d)); },
               ThrowsCaiError(Errc::device_error, HasSubstr("exported by this process")));
@@ -123,8 +136,9 @@ TEST_F(SimScaleTest, ipc_handles_refuse_what_cannot_be_shared) {
   EXPECT_THAT([&] { sim->ipc_close_memory(d); },
               ThrowsCaiError(Errc::device_error, HasSubstr("not memory opened")));
   const EventHandle plain = sim->event_create(false);
-  EXPECT_THAT([&] { sim->ipc_export_event(plain); },
-              ThrowsCaiError(Errc::device_error, HasSubstr("ipc_event_create")));
+  EXPECT_THAT(
+      [&] { sim->ipc_export_event(plain); },
+      ThrowsCaiError(Errc::device_error, HasSubstr("was not created with CU_EVENT_INTERPROCESS")));
   sim->event_destroy(plain);
   sim->free(pinned);
   sim->free(d);
@@ -185,23 +199,25 @@ TEST_F(SimScaleTest, another_process_maps_the_memory_and_waits_for_the_event) {
   ASSERT_EQ(::pipe(answer), 0);
 
   const pid_t child = start_child([&] {
-    auto mine = make_sim_backend(1);
+    auto mine = test::make_simulator(1);
     const std::uint64_t p = mine->ipc_open_memory(mh);
     if (p == d) return 1;  // another mapping, at another address in general
     if (mine->pointer_info(p).kind != MemoryKind::device) return 2;
     const EventHandle ev = mine->ipc_open_event(eh);
     const StreamHandle cs = mine->stream_create(true);
     mine->stream_wait_event(cs, ev);
-    std::vector<int> seen(4);
-    mine->copy_async(addr(seen.data()), p, 16, cs);
+    // Pinned memory: a copy to pageable memory would wait for the stream before returning.
+    const std::uint64_t seen = mine->alloc(MemoryKind::pinned_host, 16);
+    mine->copy_async(seen, p, 16, cs);
     const bool waiting = !mine->stream_query(cs) && !mine->event_query(ev);
     const char c = waiting ? 'w' : 'x';
     if (::write(answer[1], &c, 1) != 1) return 3;
     mine->stream_synchronize(cs);  // the parent releases its stream after the answer
     if (!waiting) return 4;
-    for (int v : seen) {
-      if (v != 0x11111111) return 5;
+    for (int i = 0; i < 4; ++i) {
+      if (reinterpret_cast<const int*>(seen)[i] != 0x11111111) return 5;
     }
+    mine->free(seen);
     mine->memset_async(p + 16, 0x22, 4, cs);  // a write the parent sees
     mine->stream_synchronize(cs);
     mine->event_destroy(ev);

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "device/checks.h"
-#include "device/sim/sim_backend.h"
 #include "test_sim_util.h"
 
 namespace cai::device::detail {
@@ -104,7 +103,7 @@ enum class Where { device_to_device, host_to_device, device_to_host };
 
 class SimStridedTest : public ::testing::TestWithParam<Where> {
  protected:
-  std::unique_ptr<SimBackend> sim = make_sim_backend();
+  std::unique_ptr<test::Simulator> sim = test::make_simulator();
 };
 
 TEST_P(SimStridedTest, copy_matches_the_reference_on_random_layouts) {
@@ -163,7 +162,7 @@ INSTANTIATE_TEST_SUITE_P(sim, SimStridedTest,
                                            Where::device_to_host));
 
 TEST(sim_strided, fill_and_add_on_random_layouts) {
-  auto sim = make_sim_backend();
+  auto sim = test::make_simulator();
   std::mt19937 rng(99);
   for (int iter = 0; iter < 100; ++iter) {
     const std::vector<std::int64_t> shape = random_shape(rng);

@@ -23,7 +23,6 @@
 #include "cai/core/error.h"
 #include "cai/device/owned.h"
 #include "cai/device/simulator.h"
-#include "device/sim/sim_backend.h"
 #include "test_sim_util.h"
 
 #ifdef CAI_SIM_THREADS_ALL_LAYERS
@@ -57,7 +56,7 @@ void run_threads(const std::function<void(int)>& fn) {
 
 class SimThreads : public ::testing::Test {
  protected:
-  std::unique_ptr<SimBackend> sim = make_sim_backend();
+  std::unique_ptr<test::Simulator> sim = test::make_simulator();
   Operand op(std::uint64_t p) const { return {p, Layout::c_contiguous(Dims{kN}, 4)}; }
   void fill(std::uint64_t p, std::int32_t v, StreamHandle s) { sim->fill_async(op(p), &v, s); }
   void add(std::uint64_t out, std::uint64_t a, std::uint64_t b, StreamHandle s) {

@@ -1,6 +1,8 @@
-// The CUDA backend: how it loads (or reports why it cannot), the embedded PTX, and, on a
-// machine with a GPU, the backend itself against the CPU executor (src/device/kernels/cpu.h),
-// which runs the same element functors.
+// The backend, the same code whichever driver is under it: on the simulated driver always, and
+// on libcuda.so.1 where a driver and a GPU are present (the CUDA ctest group of
+// scripts/gpu-check.sh): devices, memory and pointer attributes, copies, the kernels against
+// the CPU executor (src/device/kernels/cpu.h) on the cases the CPU grid runner checks, the
+// memory check, streams and events, driver errors.
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -16,9 +18,11 @@
 
 #include "cai/core/error.h"
 #include "cai/device/backend.h"
+#include "cai/device/simulator.h"
 #include "cai_matchers.h"
 #include "device/checks.h"
-#include "device/cuda/cuda_backend.h"
+#include "device/cuda/backend.h"
+#include "device/driver/api.h"
 #include "device/kernels/cpu.h"
 #include "device/kernels/elementwise.h"
 #include "device/kernels/launch.h"
@@ -37,90 +41,21 @@ using test::dense;
 using test::operand;
 using ::testing::HasSubstr;
 
-bool driver_library_present() {
-  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) return false;
-  dlclose(h);
-  return true;
-}
-
-TEST(cuda_loader_test, no_driver_is_reported_clearly) {
-  if (detail::probe_cuda()) GTEST_SKIP() << "a CUDA driver and device are present";
-  try {
-    detail::make_cuda_backend();
-    FAIL() << "make_cuda_backend() succeeded although probe_cuda() is false";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::device_error);
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("CUDA backend"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("CAI_BACKEND=sim"), std::string::npos) << msg;
-    if (!driver_library_present()) {
-      // Either the driver is missing or the backend was compiled out; both say which.
-      const bool names_cause = msg.find("libcuda.so.1 not found") != std::string::npos ||
-                               msg.find("without CUDA headers") != std::string::npos;
-      EXPECT_TRUE(names_cause) << msg;
-    }
-  }
-}
-
-TEST(cuda_loader_test, probe_is_cached_and_never_throws) {
-  const bool first = detail::probe_cuda();
-  EXPECT_EQ(detail::probe_cuda(), first);
-  if (!driver_library_present()) EXPECT_FALSE(first);
-  if (!first) {
-    // The same reason every time.
-    std::string a, b;
-    try {
-      detail::make_cuda_backend();
-    } catch (const Error& e) {
-      a = e.what();
-    }
-    try {
-      detail::make_cuda_backend();
-    } catch (const Error& e) {
-      b = e.what();
-    }
-    EXPECT_FALSE(a.empty());
-    EXPECT_EQ(a, b);
-  }
-}
-
-TEST(cuda_loader_test, kernel_names) {
-  // The names come from the tables (src/device/kernels/launch.h), in load order.
-  auto names = detail::cuda_kernel_names();
-  ASSERT_EQ(names.size(), static_cast<std::size_t>(kernels::kernel_count));
-  std::set<std::string_view> unique(names.begin(), names.end());
-  EXPECT_EQ(unique.size(), names.size());
-  EXPECT_EQ(names[0], "cai_copy_1_strided32");  // each name at its index: test_cpu_kernels.cpp
-  EXPECT_EQ(names.back(), "cai_add_c128_tile");
-}
-
-TEST(cuda_loader_test, embedded_ptx_has_every_kernel) {
-  if (!detail::cuda_kernels_built()) {
-    EXPECT_TRUE(detail::cuda_kernels_ptx().empty());
-    GTEST_SKIP() << "built without nvcc";
-  }
-  const std::string_view ptx = detail::cuda_kernels_ptx();
-  ASSERT_FALSE(ptx.empty());
-  EXPECT_EQ(ptx.data()[ptx.size()], '\0');  // cuModuleLoadData reads up to the NUL
-  EXPECT_NE(ptx.find(".version"), std::string_view::npos);
-  EXPECT_NE(ptx.find(".target"), std::string_view::npos);
-  for (std::string_view name : detail::cuda_kernel_names()) {
-    const std::string entry = ".entry " + std::string(name) + "(";
-    EXPECT_NE(ptx.find(entry), std::string_view::npos) << entry;
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
-// With a GPU: the backend against host references. Skipped where there is no driver.
+// The backend against host references, on each driver ("sim", and "cuda" where one loads).
 
-class cuda_backend_test : public ::testing::Test {
+class cuda_backend_test : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!detail::probe_cuda()) GTEST_SKIP() << "no CUDA driver or device";
-    be_ = detail::make_cuda_backend();
+    if (GetParam() == "cuda") {
+      if (!cu::libcuda()->ok) GTEST_SKIP() << "no CUDA driver or device";
+      be_ = detail::make_backend(cu::libcuda());
+    } else {
+      be_ = detail::make_sim_backend();
+    }
     stream_ = be_->stream_create(true);
   }
+  bool simulated() const { return be_->simulated(); }
   void TearDown() override {
     if (!be_) return;
     be_->stream_synchronize(stream_);
@@ -145,7 +80,9 @@ class cuda_backend_test : public ::testing::Test {
     return host;
   }
   static std::uint64_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
-  static bool kernels() { return detail::cuda_kernels_built(); }
+  /// Whether the driver runs cai's kernels: the simulated one always (from PTX or, without
+  /// nvcc, from the manifest of their names), a real one when the PTX was built.
+  bool kernels() const { return detail::cuda_kernels_built() || simulated(); }
 
   std::unique_ptr<Backend> be_;
   StreamHandle stream_ = 0;
@@ -158,8 +95,8 @@ std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
   return v;
 }
 
-TEST_F(cuda_backend_test, devices) {
-  EXPECT_EQ(be_->name(), "cuda");
+TEST_P(cuda_backend_test, devices) {
+  EXPECT_EQ(be_->name(), GetParam() == "cuda" ? "cuda" : "simulator");
   const int n = be_->device_count();
   ASSERT_GE(n, 1);
   DeviceProperties p = be_->properties(0);
@@ -175,7 +112,7 @@ TEST_F(cuda_backend_test, devices) {
   EXPECT_THAT([&] { be_->properties(n); }, ThrowsCaiError(Errc::index_error, HasSubstr("")));
 }
 
-TEST_F(cuda_backend_test, pointer_attributes) {
+TEST_P(cuda_backend_test, pointer_attributes) {
   const std::size_t bytes = 4096;
   std::uint64_t d = alloc(MemoryKind::device, bytes);
   std::uint64_t h = alloc(MemoryKind::pinned_host, bytes);
@@ -213,7 +150,7 @@ TEST_F(cuda_backend_test, pointer_attributes) {
               ThrowsCaiError(Errc::value_error, HasSubstr("is not CUDA memory")));
 }
 
-TEST_F(cuda_backend_test, plain_copies_and_memset) {
+TEST_P(cuda_backend_test, plain_copies_and_memset) {
   const std::size_t n = 1 << 16;
   std::vector<std::uint8_t> src = pattern(n, 1);
   std::uint64_t d = upload(src);
@@ -303,8 +240,8 @@ void run_strided(Backend& be, StreamHandle s, const StridedCase& c, bool dst_on_
                          << ", itemsize " << c.itemsize;
 }
 
-TEST_F(cuda_backend_test, strided_copies_match_host_reference) {
-  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+TEST_P(cuda_backend_test, strided_copies_match_host_reference) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc, on a real driver";
   for (const StridedCase& c : strided_cases()) {
     for (bool dd : {true, false}) {
       for (bool sd : {true, false}) run_strided(*be_, stream_, c, dd, sd, allocs_);
@@ -357,8 +294,8 @@ struct DeviceExecutor final : kernels::test::Executor {
   }
 };
 
-TEST_F(cuda_backend_test, kernel_cases_of_the_cpu_grid_runner) {
-  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+TEST_P(cuda_backend_test, kernel_cases_of_the_cpu_grid_runner) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc, on a real driver";
   DeviceExecutor ex(*be_, stream_);
   kernels::test::copy_cases(ex);
   kernels::test::fill_cases(ex);
@@ -366,8 +303,8 @@ TEST_F(cuda_backend_test, kernel_cases_of_the_cpu_grid_runner) {
     kernels::test::add_cases(ex, static_cast<ElementType>(t));
 }
 
-TEST_F(cuda_backend_test, overlapping_strided_copy_reads_source_first) {
-  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+TEST_P(cuda_backend_test, overlapping_strided_copy_reads_source_first) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc, on a real driver";
   const std::size_t n = 256;
   std::vector<std::uint8_t> host = pattern(n, 9);
   std::uint64_t d = upload(host);
@@ -379,8 +316,8 @@ TEST_F(cuda_backend_test, overlapping_strided_copy_reads_source_first) {
   EXPECT_EQ(download(d, n), expect);
 }
 
-TEST_F(cuda_backend_test, fill_matches_host_reference) {
-  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+TEST_P(cuda_backend_test, fill_matches_host_reference) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc, on a real driver";
   for (std::int64_t itemsize : {1, 3, 4, 16, 40}) {
     const std::size_t n = static_cast<std::size_t>(itemsize * 40);
     std::vector<std::uint8_t> host = pattern(n, 11);
@@ -451,8 +388,8 @@ std::vector<std::uint8_t> typed_values(ElementType t, std::size_t count, int see
   return out;
 }
 
-TEST_F(cuda_backend_test, add_matches_host_reference) {
-  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+TEST_P(cuda_backend_test, add_matches_host_reference) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc, on a real driver";
   for (int ti = 0; ti < element_type_count; ++ti) {
     const auto t = static_cast<ElementType>(ti);
     const auto size = static_cast<std::int64_t>(element_size(t));
@@ -477,8 +414,8 @@ TEST_F(cuda_backend_test, add_matches_host_reference) {
   }
 }
 
-TEST_F(cuda_backend_test, too_many_dims_after_merging) {
-  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+TEST_P(cuda_backend_test, too_many_dims_after_merging) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc, on a real driver";
   // 17 dims of 2, C order on one side and F order on the other: nothing merges.
   Dims shape(17, 2), c(17), f(17);
   for (std::size_t d = 0; d < 17; ++d) {
@@ -493,8 +430,9 @@ TEST_F(cuda_backend_test, too_many_dims_after_merging) {
   be_->copy_strided_async(operand(x, shape, c, 1), operand(y, shape, c, 1), stream_);
 }
 
-TEST_F(cuda_backend_test, no_kernels_is_not_implemented) {
+TEST_P(cuda_backend_test, no_kernels_is_not_implemented_on_a_gpu) {
   if (kernels()) GTEST_SKIP() << "built with kernels";
+  if (simulated()) GTEST_SKIP() << "the simulated driver runs the kernels' manifest";
   std::uint64_t d = alloc(MemoryKind::device, 64);
   const int value = 1;
   EXPECT_THAT([&] { be_->fill_async(operand(d, {4}, {8}, 4), &value, stream_); },
@@ -504,7 +442,7 @@ TEST_F(cuda_backend_test, no_kernels_is_not_implemented) {
 // Array data must be CUDA memory inside one live allocation: a foreign dict's pointer, a view
 // past its allocation or freed memory is refused before any copy or launch, and the context
 // stays usable.
-TEST_F(cuda_backend_test, wild_pointers_are_refused_before_any_work) {
+TEST_P(cuda_backend_test, wild_pointers_are_refused_before_any_work) {
   std::uint64_t d = alloc(MemoryKind::device, 256);
   std::vector<std::uint8_t> host(256, 0xee);
   const Operand to_host = dense(addr(host.data()), {32}, 8, true);
@@ -534,7 +472,7 @@ TEST_F(cuda_backend_test, wild_pointers_are_refused_before_any_work) {
   EXPECT_EQ(host[0], 1);
 }
 
-TEST_F(cuda_backend_test, stream_ordered_memory) {
+TEST_P(cuda_backend_test, stream_ordered_memory) {
   const std::uint64_t t = be_->alloc_async(1024, stream_);
   ASSERT_NE(t, 0u);
   EXPECT_EQ(be_->pointer_info(t + 1023).alloc_base, t);
@@ -549,15 +487,15 @@ TEST_F(cuda_backend_test, stream_ordered_memory) {
   EXPECT_EQ(host, std::vector<std::uint32_t>(256, v));
 }
 
-TEST_F(cuda_backend_test, elementwise_refuses_a_partial_overlap) {
-  if (!kernels()) GTEST_SKIP() << "built without nvcc";
+TEST_P(cuda_backend_test, elementwise_refuses_a_partial_overlap) {
+  if (!kernels()) GTEST_SKIP() << "built without nvcc, on a real driver";
   std::uint64_t d = alloc(MemoryKind::device, 64);
   const Operand ops[] = {dense(d, {8}, 4), operand(d + 28, {8}, {-4}, 4), dense(d + 32, {8}, 4)};
   EXPECT_THAT([&] { be_->elementwise_async(ElementwiseOp::add, ElementType::i32, ops, stream_); },
               ThrowsCaiError(Errc::value_error, HasSubstr("partly overlaps out")));
 }
 
-TEST_F(cuda_backend_test, streams_and_events) {
+TEST_P(cuda_backend_test, streams_and_events) {
   StreamHandle s2 = be_->stream_create(false);
   EventHandle e0 = be_->event_create(true), e1 = be_->event_create(true);
   EventHandle plain = be_->event_create(false);
@@ -592,11 +530,14 @@ TEST_F(cuda_backend_test, streams_and_events) {
   be_->stream_destroy(s2);
 }
 
-TEST_F(cuda_backend_test, driver_errors_name_the_function) {
+TEST_P(cuda_backend_test, driver_errors_name_the_function) {
   // Far more than any GPU has.
   EXPECT_THAT([&] { be_->alloc(MemoryKind::device, std::size_t{1} << 60); },
               ThrowsCaiError(Errc::device_error,
                              ::testing::AllOf(HasSubstr("cuMemAlloc"), HasSubstr("CUDA_ERROR_"))));
 }
+
+INSTANTIATE_TEST_SUITE_P(driver, cuda_backend_test, ::testing::Values("sim", "cuda"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace

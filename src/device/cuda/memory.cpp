@@ -1,0 +1,346 @@
+// The backend's memory: allocation, pointer attributes and the one memory check that every
+// operation applies to array data before any work.
+
+#include <iterator>
+#include <string>
+
+#include "cai/core/error.h"
+#include "device/checks.h"
+#include "device/cuda/backend.h"
+#include "device/cuda/stream_memory.h"
+
+namespace cai::device {
+
+namespace detail {
+
+using namespace cu;
+
+namespace {
+
+// "<where>: <name> [0x...+n)": the start of every memory-check message, built on failure only.
+std::string what_of(std::string_view where, std::string_view name, const ByteRange& r) {
+  std::string s(where);
+  s.append(": ").append(name).append(" ").append(range_text(r));
+  return s;
+}
+
+bool same_memory(const PointerInfo& a, const PointerInfo& b) {
+  return a.kind == b.kind && a.device == b.device;
+}
+
+}  // namespace
+
+Ranges::Entry BackendState::query_pointer(std::uint64_t ptr) {
+  Ranges::Entry e;
+  PointerInfo& info = e.info;
+  if (ptr == 0) return e;
+  current_context();
+  unsigned int memory_type = 0;
+  int ordinal = -1;
+  CUcontext ctx = nullptr;
+  bool managed = false;
+  CUdeviceptr start = 0;
+  std::size_t size = 0;
+  CUmemoryPool pool = nullptr;
+  bool ipc = false;
+  CUpointer_attribute attrs[] = {
+      CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+      CU_POINTER_ATTRIBUTE_CONTEXT,          CU_POINTER_ATTRIBUTE_IS_MANAGED,
+      CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+      CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,   CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+  };
+  void* data[] = {&memory_type, &ordinal, &ctx, &managed, &start, &size, &pool, &ipc};
+  const CUresult r = api.cuPointerGetAttributes(static_cast<unsigned int>(std::size(attrs)), attrs,
+                                                data, static_cast<CUdeviceptr>(ptr));
+  // Memory the driver does not know reads as default values (memory type 0) from the plural
+  // call; some drivers answer with an error instead. Both mean unregistered.
+  if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_INVALID_CONTEXT) return e;
+  check(r, "cuPointerGetAttributes");
+  if (managed) {
+    info.kind = MemoryKind::managed;
+    info.host_accessible = true;
+  } else if (memory_type == CU_MEMORYTYPE_DEVICE) {
+    info.kind = MemoryKind::device;
+  } else if (memory_type == CU_MEMORYTYPE_HOST) {
+    // Page-locked and, with unified addressing, mapped for every device. The ordinal is the
+    // device it was allocated against.
+    info.kind = MemoryKind::pinned_host;
+    info.host_accessible = true;
+  } else {
+    return e;
+  }
+  info.device = ordinal;
+  info.device_accessible = true;
+  info.context = reinterpret_cast<std::uintptr_t>(ctx);
+  info.alloc_base = start;
+  info.alloc_size = size;
+  if (info.alloc_size == 0) {
+    // No range attribute for this memory: ask for the allocation's range directly.
+    CUdeviceptr base = 0;
+    std::size_t bytes = 0;
+    if (api.cuMemGetAddressRange(&base, &bytes, ptr) == CUDA_SUCCESS) {
+      info.alloc_base = base;
+      info.alloc_size = bytes;
+    }
+  }
+  e.ipc_capable = ipc;
+  // Pools and virtual-memory mappings reuse their addresses at will: never remembered.
+  e.cacheable = ctx != nullptr && pool == nullptr;
+  return e;
+}
+
+PointerInfo BackendState::pointer_info(std::uint64_t ptr) {
+  if (std::optional<Ranges::Entry> known = ranges.find(ptr)) return known->info;
+  counts.pointer_query.bump();
+  const Ranges::Entry e = query_pointer(ptr);
+  ranges.add_foreign(e);
+  return e.info;
+}
+
+PointerInfo BackendState::check_memory(std::string_view where, std::string_view name,
+                                       const ByteRange& r, bool host, int device) {
+  if (r.empty()) return {};
+  std::optional<Ranges::Entry> e = ranges.find(r.lo);
+  auto ask = [&] {
+    counts.pointer_query.bump();
+    e = query_pointer(r.lo);
+    ranges.add_foreign(*e);
+  };
+  bool asked = !e;
+  if (!e) {
+    ask();
+  } else if (!e->own && device >= 0 && e->info.kind == MemoryKind::device &&
+             e->info.device != device) {
+    // A remembered range of another device: its addresses may have been reused since.
+    ranges.forget(e->info.alloc_base, e->info.alloc_size);
+    ask();
+    asked = true;
+  }
+  const PointerInfo info = e->info;
+  if (info.kind == MemoryKind::unregistered) {
+    if (host) {
+      const PointerInfo last = pointer_info(r.hi - 1);
+      if (last.kind != MemoryKind::unregistered) {
+        throw_error(Errc::device_error,
+                    what_of(where, name, r) + " starts outside the allocation " +
+                        range_text({last.alloc_base, last.alloc_base + last.alloc_size}) +
+                        " but runs into it");
+      }
+      return info;
+    }
+    throw_error(Errc::device_error,
+                what_of(where, name, r) +
+                    " is not CUDA memory (a foreign or freed pointer, or pageable host memory); "
+                    "array data must be device, pinned_host or managed memory");
+  }
+  const ByteRange alloc{info.alloc_base, info.alloc_base + info.alloc_size};
+  if (alloc.contains(r)) return info;
+  if (!asked && !e->own) {
+    // A remembered foreign range may be stale (freed, its addresses reused): ask again.
+    ranges.forget(info.alloc_base, info.alloc_size);
+    return check_memory(where, name, r, host, device);
+  }
+  // Virtual-memory pools (PyTorch's expandable segments) map one allocation as consecutive
+  // chunks, each its own range: a view may cross into the next one.
+  std::uint64_t hi = alloc.hi;
+  while (info.alloc_size != 0 && hi < r.hi) {
+    const PointerInfo next = pointer_info(hi);
+    if (!same_memory(next, info) || next.alloc_base != hi || next.alloc_size == 0) break;
+    hi = next.alloc_base + next.alloc_size;
+  }
+  if (r.lo >= alloc.lo && hi >= r.hi) return info;
+  throw_error(Errc::device_error, what_of(where, name, r) +
+                                      " runs past the end of its allocation " + range_text(alloc));
+}
+
+void BackendState::remember(std::uint64_t ptr, std::size_t bytes, MemoryKind kind, bool pooled) {
+  Ranges::Entry e;
+  PointerInfo& info = e.info;
+  info.kind = kind;
+  info.context = reinterpret_cast<std::uintptr_t>(current_context());
+  info.device = current_ordinal();
+  info.host_accessible = kind != MemoryKind::device;
+  info.device_accessible = true;
+  info.alloc_base = ptr;
+  info.alloc_size = bytes;
+  e.own = true;
+  e.pooled = pooled;
+  e.ipc_capable = kind == MemoryKind::device && !pooled;
+  ranges.add_own(e);
+}
+
+bool BackendState::memory_pools_supported(int device) {
+  const CUdevice dev = device_of(device, "memory pools");
+  std::lock_guard lock(context_mu_);
+  signed char& known = pools_[static_cast<std::size_t>(device)];
+  if (known < 0) {
+    int pools = 0;
+    CAI_DRIVER(*this, cuDeviceGetAttribute, &pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+               dev);
+    known = pools != 0 ? 1 : 0;
+  }
+  return known == 1;
+}
+
+StreamMemory stream_alloc(std::size_t bytes, const StreamScope& on) {
+  StreamMemory m;
+  m.pooled = on.st.memory_pools_supported(on.device);
+  if (m.pooled) {
+    CAI_DRIVER(on.st, cuMemAllocAsync, &m.ptr, bytes, on.stream);
+  } else {
+    CAI_DRIVER(on.st, cuMemAlloc, &m.ptr, bytes);
+  }
+  return m;
+}
+
+void stream_free(const BackendState& st, const StreamMemory& m, CUstream stream) noexcept {
+  if (m.pooled) {
+    (void)st.api.cuMemFreeAsync(m.ptr, stream);
+  } else {
+    (void)st.api.cuStreamSynchronize(stream);
+    (void)st.api.cuMemFree(m.ptr);
+  }
+}
+
+}  // namespace detail
+
+using detail::BackendState;
+using detail::hex;
+using namespace cu;
+
+std::uint64_t Backend::alloc(MemoryKind kind, std::size_t bytes) {
+  if (bytes == 0) return 0;
+  BackendState& st = *state_;
+  st.current_context();
+  CUdeviceptr p = 0;
+  CUresult r = CUDA_SUCCESS;
+  const char* entry = "cuMemAlloc";
+  switch (kind) {
+    case MemoryKind::device:
+      r = st.api.cuMemAlloc(&p, bytes);
+      break;
+    case MemoryKind::pinned_host: {
+      void* h = nullptr;
+      entry = "cuMemAllocHost";
+      r = st.api.cuMemAllocHost(&h, bytes);
+      p = reinterpret_cast<std::uintptr_t>(h);
+      break;
+    }
+    case MemoryKind::managed:
+      entry = "cuMemAllocManaged";
+      r = st.api.cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL);
+      break;
+    default:
+      throw_error(Errc::value_error,
+                  "alloc(): the backend allocates device, pinned_host or managed memory, not "
+                  "kind " +
+                      std::to_string(static_cast<int>(kind)));
+  }
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    throw_error(Errc::device_error, "alloc(): out of memory allocating " + std::to_string(bytes) +
+                                        " bytes (" + entry + ": " + st.describe(r) + ")");
+  }
+  st.check(r, entry);
+  st.remember(p, bytes, kind, false);
+  return p;
+}
+
+void Backend::free(std::uint64_t ptr) {
+  if (ptr == 0) return;
+  BackendState& st = *state_;
+  const PointerInfo info = st.pointer_info(ptr);
+  if (info.kind == MemoryKind::unregistered) {
+    throw_error(Errc::value_error, "free(): " + hex(ptr) + " is not CUDA memory");
+  }
+  if (info.alloc_base != 0 && info.alloc_base != ptr) {
+    throw_error(Errc::value_error, "free(): " + hex(ptr) + " is inside the allocation at " +
+                                       hex(info.alloc_base) + "; pass its start");
+  }
+  std::optional<detail::Ranges::Entry> own = st.ranges.find(ptr);
+  if (own && !own->own) own.reset();
+  const auto ctx = reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(info.context));
+  detail::ScopedContext scope(st, ctx != nullptr ? ctx : st.current_context());
+  if (info.kind == MemoryKind::pinned_host) {
+    CAI_DRIVER(st, cuMemFreeHost, reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)));
+  } else if (own && own->pooled) {
+    // Memory of alloc_async freed without a stream: order it after all work of the context.
+    CAI_DRIVER(st, cuCtxSynchronize);
+    CAI_DRIVER(st, cuMemFreeAsync, ptr, stream_legacy());
+  } else {
+    CAI_DRIVER(st, cuMemFree, ptr);
+  }
+  // Forgotten once the driver took it back (a refused free changes nothing).
+  if (own) {
+    st.ranges.remove_own(ptr);
+  } else {
+    st.ranges.forget(ptr, std::max<std::uint64_t>(info.alloc_size, 1));
+  }
+}
+
+PointerInfo Backend::pointer_info(std::uint64_t ptr) {
+  return state_->pointer_info(ptr);
+}
+
+void Backend::host_register(std::uint64_t ptr, std::size_t bytes) {
+  if (bytes == 0) return;
+  BackendState& st = *state_;
+  detail::check_range("host_register()", "memory", ptr, bytes);
+  st.current_context();
+  CAI_DRIVER(st, cuMemHostRegister, reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)),
+             bytes, kMemHostRegisterPortable);
+  st.remember(ptr, bytes, MemoryKind::pinned_host, false);
+}
+
+void Backend::host_unregister(std::uint64_t ptr) {
+  BackendState& st = *state_;
+  st.ranges.remove_own(ptr);
+  CAI_DRIVER(st, cuMemHostUnregister, reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)));
+}
+
+PointerInfo Backend::check_kernel_memory(std::string_view where, std::string_view name,
+                                         std::uint64_t lo, std::uint64_t hi, int device) {
+  const ByteRange r{lo, hi};
+  const PointerInfo info = state_->check_memory(where, name, r, false, device);
+  if (!r.empty() && !detail::kernel_can_access(info, device)) {
+    throw_error(Errc::device_error,
+                std::string(where) + ": " + std::string(name) + " " + detail::range_text(r) +
+                    " is memory of device " + std::to_string(info.device) +
+                    ", which a kernel on device " + std::to_string(device) +
+                    " cannot reach; copy it to device " + std::to_string(device) + " first");
+  }
+  return info;
+}
+
+std::uint64_t Backend::alloc_async(std::size_t bytes, StreamHandle s) {
+  constexpr std::string_view where = "alloc_async()";
+  CUstream stream = detail::to_stream(s, where);
+  if (bytes == 0) return 0;
+  BackendState& st = *state_;
+  detail::StreamScope on(st, stream);
+  const detail::StreamMemory m = detail::stream_alloc(bytes, on);
+  st.remember(m.ptr, bytes, MemoryKind::device, m.pooled);
+  return m.ptr;
+}
+
+void Backend::free_async(std::uint64_t ptr, StreamHandle s) {
+  constexpr std::string_view where = "free_async()";
+  CUstream stream = detail::to_stream(s, where);
+  if (ptr == 0) return;
+  BackendState& st = *state_;
+  const std::optional<detail::Ranges::Entry> own = st.ranges.find(ptr);
+  if (!own || !own->own || own->info.alloc_base != ptr) {
+    throw_error(Errc::value_error, std::string(where) + ": " + hex(ptr) +
+                                       " is not the start of an allocation of alloc_async() or "
+                                       "alloc()");
+  }
+  detail::StreamScope on(st, stream);
+  if (own->pooled) {
+    CAI_DRIVER(st, cuMemFreeAsync, ptr, stream);
+  } else {
+    CAI_DRIVER(st, cuStreamSynchronize, stream);
+    CAI_DRIVER(st, cuMemFree, ptr);
+  }
+  st.ranges.remove_own(ptr);
+}
+
+}  // namespace cai::device

@@ -1,0 +1,264 @@
+// The backend's stream-ordered operations: memset, plain and strided copies, fill and the
+// elementwise operations, each checked (checks.h, then the memory check) before any work, with
+// the operands a kernel cannot use staged through temporary device memory.
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cai/core/error.h"
+#include "device/checks.h"
+#include "device/cuda/backend.h"
+#include "device/cuda/launch.h"
+#include "device/cuda/stream_memory.h"
+
+namespace cai::device {
+
+namespace detail {
+
+using namespace cu;
+
+namespace {
+
+static_assert(CAI_CUDA_MAX_RANK <= max_ndim, "the kernels' rank limit is for merged dims");
+
+// The alignment each element type's kernel loads at (complex values load as two parts).
+#define CAI_ALIGNMENT(ctx, name, kind, value) alignof(value),
+constexpr std::size_t kAlignment[] = {CAI_ELEMENT_TYPES(CAI_ALIGNMENT, _)};
+#undef CAI_ALIGNMENT
+
+bool aligned(const Operand& op, std::size_t align) {
+  if (op.ptr % align != 0) return false;
+  const auto shape = op.layout.shape();
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] != 1 && op.layout.strides()[d] % static_cast<std::int64_t>(align) != 0)
+      return false;
+  }
+  return true;
+}
+
+void copy_kernel(const StreamScope& on, const Operand& dst, const Operand& src) {
+  launch(on, kernels::plan_copy("copy_strided_async()", dst.ptr, src.ptr,
+                                kernels::merge_operands<2>({&dst, &src}), dst.layout.itemsize()));
+}
+
+// Temporary device buffers for operands a kernel cannot use as they are: memory it cannot
+// reach (pageable host memory, another device's memory), operands that overlap, elements that
+// are not naturally aligned. Stream-ordered, freed after the operation's last use; the copies
+// back to staged outputs run in finish(), innermost first.
+class Staging {
+ public:
+  explicit Staging(const StreamScope& on) : on_(on) {}
+  ~Staging() {
+    for (const StreamMemory& m : temps_) stream_free(on_.st, m, on_.stream);
+  }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+
+  /// A device copy of the bytes of r; returns where `ptr` lands in it.
+  std::uint64_t in(std::uint64_t ptr, const ByteRange& r) {
+    const CUdeviceptr t = temp(r.size());
+    CAI_DRIVER(on_.st, cuMemcpyAsync, t, r.lo, r.size(), on_.stream);
+    return t + (ptr - r.lo);
+  }
+
+  /// A device buffer standing for the bytes of r, copied back by finish(). Their old values
+  /// are copied in first unless the operation overwrites every byte (`dense`).
+  std::uint64_t out(std::uint64_t ptr, const ByteRange& r, bool dense) {
+    const CUdeviceptr t = temp(r.size());
+    if (!dense) CAI_DRIVER(on_.st, cuMemcpyAsync, t, r.lo, r.size(), on_.stream);
+    backs_.emplace_back([this, dst = r.lo, t, bytes = r.size()] {
+      CAI_DRIVER(on_.st, cuMemcpyAsync, dst, t, bytes, on_.stream);
+    });
+    return t + (ptr - r.lo);
+  }
+
+  /// A C-contiguous device copy of the elements of op (by the copy kernel, at any alignment).
+  Operand in_contiguous(const Operand& op) {
+    const Operand t = contiguous(op);
+    copy_kernel(on_, t, op);
+    return t;
+  }
+
+  /// A C-contiguous device buffer standing for the elements of op, which the operation writes
+  /// completely; finish() copies it into op.
+  Operand out_contiguous(const Operand& op) {
+    const Operand t = contiguous(op);
+    backs_.emplace_back([this, t, op] { copy_kernel(on_, op, t); });
+    return t;
+  }
+
+  /// Enqueues the copies back to the staged outputs.
+  void finish() {
+    for (auto it = backs_.rbegin(); it != backs_.rend(); ++it) (*it)();
+  }
+
+ private:
+  CUdeviceptr temp(std::size_t bytes) {
+    temps_.push_back(stream_alloc(bytes, on_));
+    return temps_.back().ptr;
+  }
+  Operand contiguous(const Operand& op) {
+    Layout l = Layout::c_contiguous(op.layout.shape(), op.layout.itemsize());
+    const auto bytes = static_cast<std::size_t>(l.nbytes());
+    return Operand{temp(bytes), std::move(l), false};
+  }
+
+  const StreamScope& on_;
+  std::vector<StreamMemory> temps_;
+  std::vector<std::function<void()>> backs_;
+};
+
+}  // namespace
+
+}  // namespace detail
+
+using detail::BackendState;
+using detail::check_operand;
+using detail::check_range;
+using detail::kernel_can_access;
+using detail::Staging;
+using detail::StreamScope;
+using namespace cu;
+
+void Backend::memset_async(std::uint64_t dst, int byte, std::size_t bytes, StreamHandle s) {
+  constexpr std::string_view where = "memset_async()";
+  CUstream stream = detail::to_stream(s, where);
+  const ByteRange r = check_range(where, "dst", dst, bytes);
+  if (bytes == 0) return;
+  BackendState& st = *state_;
+  StreamScope on(st, stream);
+  const auto value = static_cast<unsigned char>(byte);
+  if (kernel_can_access(st.check_memory(where, "dst", r, false, on.device), on.device)) {
+    CAI_DRIVER(st, cuMemsetD8Async, dst, value, bytes, stream);
+    return;
+  }
+  // Another device's memory: set a local buffer, let cuMemcpyAsync cross over.
+  Staging stage(on);
+  const std::uint64_t t = stage.out(dst, r, true);
+  CAI_DRIVER(st, cuMemsetD8Async, t, value, bytes, stream);
+  stage.finish();
+}
+
+void Backend::copy_async(std::uint64_t dst, std::uint64_t src, std::size_t bytes, StreamHandle s) {
+  constexpr std::string_view where = "copy_async()";
+  CUstream stream = detail::to_stream(s, where);
+  const ByteRange dr = check_range(where, "dst", dst, bytes);
+  const ByteRange sr = check_range(where, "src", src, bytes);
+  if (bytes == 0 || dst == src) return;
+  BackendState& st = *state_;
+  StreamScope on(st, stream);
+  st.check_memory(where, "dst", dr, true, on.device);
+  st.check_memory(where, "src", sr, true, on.device);
+  if (dr.intersects(sr)) {
+    // cuMemcpy is undefined on overlap; go through a copy of the source (memmove).
+    Staging stage(on);
+    const std::uint64_t t = stage.in(src, sr);
+    CAI_DRIVER(st, cuMemcpyAsync, dst, t, bytes, stream);
+    return;
+  }
+  CAI_DRIVER(st, cuMemcpyAsync, dst, src, bytes, stream);
+}
+
+void Backend::copy_strided_async(const Operand& dst, const Operand& src, StreamHandle s) {
+  constexpr std::string_view where = "copy_strided_async()";
+  CUstream stream = detail::to_stream(s, where);
+  detail::check_same_layout_size(where, "dst", dst, "src", src);
+  const ByteRange dr = check_operand(where, "dst", dst);
+  const ByteRange sr = check_operand(where, "src", src);
+  const Layout& layout = dst.layout;
+  if (layout.nbytes() == 0) return;
+  BackendState& st = *state_;
+  StreamScope on(st, stream);
+  const PointerInfo dinfo = st.check_memory(where, "dst", dr, dst.host, on.device);
+  const PointerInfo sinfo = st.check_memory(where, "src", sr, src.host, on.device);
+  if (same_elements(dst.ptr, layout.strides(), src.ptr, src.layout.strides(), layout.shape())) {
+    return;
+  }
+  const bool overlap = dr.intersects(sr);
+  if (same_elements(0, layout.strides(), 0, src.layout.strides(), layout.shape()) &&
+      layout.is_dense()) {
+    // Both sides put the same bytes at the same offsets without gaps (e.g. both
+    // C-contiguous): one plain copy, whatever the memory kinds.
+    Staging stage(on);
+    const std::uint64_t from = overlap ? stage.in(sr.lo, sr) : sr.lo;
+    CAI_DRIVER(st, cuMemcpyAsync, dr.lo, from, dr.size(), stream);
+    return;
+  }
+  Staging stage(on);
+  Operand from = src, to = dst;
+  // The source is staged when the kernel cannot read it, or so that the result does not
+  // depend on the order the threads run in when it overlaps the destination.
+  if (overlap || !kernel_can_access(sinfo, on.device)) from.ptr = stage.in(src.ptr, sr);
+  if (!kernel_can_access(dinfo, on.device)) to.ptr = stage.out(dst.ptr, dr, layout.is_dense());
+  detail::copy_kernel(on, to, from);
+  stage.finish();
+}
+
+void Backend::fill_async(const Operand& dst, const void* value, StreamHandle s) {
+  constexpr std::string_view where = "fill_async()";
+  CUstream stream = detail::to_stream(s, where);
+  const ByteRange dr = check_operand(where, "dst", dst);
+  const Layout& layout = dst.layout;
+  if (layout.nbytes() == 0) return;
+  if (value == nullptr) {
+    throw_error(Errc::value_error, std::string(where) + ": value is a null pointer");
+  }
+  BackendState& st = *state_;
+  StreamScope on(st, stream);
+  const PointerInfo info = st.check_memory(where, "dst", dr, false, on.device);
+  Staging stage(on);
+  std::uint64_t dp = dst.ptr;
+  if (!kernel_can_access(info, on.device)) dp = stage.out(dst.ptr, dr, layout.is_dense());
+  detail::launch(on, kernels::plan_fill(where, dp, kernels::merge_operands<1>({&dst}),
+                                        layout.itemsize(), value));
+  stage.finish();
+}
+
+void Backend::elementwise_async(ElementwiseOp op, ElementType type,
+                                std::span<const Operand> operands, StreamHandle s) {
+  const std::string where = std::string(is_valid(op) ? info(op).name : "elementwise") + "_async()";
+  CUstream stream = detail::to_stream(s, where);
+  const auto ranges = detail::check_elementwise(where, op, type, operands);
+  if (operands[0].layout.size() == 0) return;
+  BackendState& st = *state_;
+  StreamScope on(st, stream);
+  std::array<PointerInfo, CAI_KERNEL_MAX_OPERANDS> infos;
+  for (std::size_t k = 0; k < operands.size(); ++k) {
+    infos[k] = st.check_memory(where, elementwise_operand_name(k), ranges[k], false, on.device);
+  }
+  const std::size_t align = detail::kAlignment[static_cast<int>(type)];
+  Staging stage(on);
+  std::array<Operand, CAI_KERNEL_MAX_OPERANDS> ops;
+  for (std::size_t k = 0; k < operands.size(); ++k) {
+    const bool out = k == 0;
+    ops[k] = operands[k];
+    if (!kernel_can_access(infos[k], on.device)) {
+      ops[k].ptr = out ? stage.out(ops[k].ptr, ranges[k], operands[k].layout.is_dense())
+                       : stage.in(ops[k].ptr, ranges[k]);
+    }
+    if (!detail::aligned(ops[k], align)) {
+      ops[k] = out ? stage.out_contiguous(ops[k]) : stage.in_contiguous(ops[k]);
+    }
+  }
+  switch (operands.size()) {
+    case 2:
+      detail::launch(on,
+                     kernels::plan_elementwise<2>(where, op, type, {ops[0].ptr, ops[1].ptr},
+                                                  kernels::merge_operands<2>({&ops[0], &ops[1]})));
+      break;
+    case 3:
+      detail::launch(on, kernels::plan_elementwise<3>(
+                             where, op, type, {ops[0].ptr, ops[1].ptr, ops[2].ptr},
+                             kernels::merge_operands<3>({&ops[0], &ops[1], &ops[2]})));
+      break;
+    default:
+      throw_error(Errc::not_implemented,
+                  where + ": no launch for " + std::to_string(operands.size()) + " operands");
+  }
+  stage.finish();
+}
+
+}  // namespace cai::device

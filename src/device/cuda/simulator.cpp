@@ -1,0 +1,198 @@
+// cai/device/simulator.h: the simulated driver's own entry points, called through the same
+// driver table as every other entry point.
+
+#include "cai/device/simulator.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cai/core/error.h"
+#include "device/cuda/backend.h"
+
+namespace cai::device::sim {
+
+namespace {
+
+using namespace cu;
+
+detail::BackendState& simulated(Backend& b, const char* where) {
+  detail::BackendState& st = b.state();
+  if (st.sim == nullptr) {
+    throw_error(Errc::device_error, std::string("cai::device::sim::") + where +
+                                        "(): the driver is \"" + std::string(b.name()) +
+                                        "\", not the simulator; set CAI_BACKEND=sim");
+  }
+  st.current_context();  // the default streams name the current context's
+  return st;
+}
+
+// The simulator's own entries are cai's API: a refused argument is a ValueError with the
+// driver's reason, anything else an error of the driver call.
+void sim_check(const detail::BackendState& st, CUresult r, const char* entry) {
+  if (r == CUDA_SUCCESS) return;
+  if (r == CUDA_ERROR_INVALID_VALUE) {
+    const char* detail = nullptr;
+    if (st.sim->caiSimGetErrorDetail(&detail) == CUDA_SUCCESS && detail != nullptr)
+      throw_error(Errc::value_error, detail);
+  }
+  st.fail(r, entry);
+}
+
+#define CAI_SIM(st, entry, ...) sim_check((st), (st).sim->entry(__VA_ARGS__), #entry)
+
+CaiSimAccess to_driver(const Access& a) {
+  return CaiSimAccess{a.ptr,          static_cast<int>(a.shape.size()),
+                      a.shape.data(), a.strides.data(),
+                      a.itemsize,     a.write ? 1 : 0};
+}
+
+}  // namespace
+
+bool active() {
+  try {
+    return backend().simulated();
+  } catch (...) {
+    return false;
+  }
+}
+
+void delay(Backend& b, StreamHandle s, double seconds) {
+  auto& st = simulated(b, "delay");
+  CAI_SIM(st, caiSimDelay, detail::to_stream(s, "delay()"), seconds);
+}
+void delay(StreamHandle s, double seconds) {
+  delay(backend(), s, seconds);
+}
+
+void host_access(Backend& b, const Access& access, std::string_view what) {
+  auto& st = simulated(b, "host_access");
+  if (access.shape.size() != access.strides.size())
+    throw_error(Errc::value_error, std::string(what) + "(): shape and strides differ in length");
+  const CaiSimAccess a = to_driver(access);
+  CAI_SIM(st, caiSimHostAccess, &a, std::string(what).c_str());
+}
+void host_access(const Access& access, std::string_view what) {
+  host_access(backend(), access, what);
+}
+void host_access(std::uint64_t ptr, std::size_t bytes, bool write) {
+  host_access(backend(), Access::contiguous(ptr, bytes, write));
+}
+
+void enqueue_task(Backend& b, StreamHandle s, std::span<const Access> accesses, Task fn,
+                  std::string_view name) {
+  auto& st = simulated(b, "enqueue_task");
+  const std::string label(name);
+  if (!fn) throw_error(Errc::value_error, label + "(): the task is empty");
+  std::vector<CaiSimAccess> list;
+  list.reserve(accesses.size());
+  for (const Access& a : accesses) {
+    if (a.shape.size() != a.strides.size())
+      throw_error(Errc::value_error, label + "(): shape and strides differ in length");
+    list.push_back(to_driver(a));
+  }
+  struct Context {
+    Task fn;
+    std::size_t count;
+    std::string error;
+  };
+  auto owned = std::make_unique<Context>(Context{std::move(fn), list.size(), {}});
+  const CaiSimTaskFn run = [](void* user, const std::uint64_t* host) -> const char* {
+    auto* c = static_cast<Context*>(user);
+    try {
+      c->fn(std::span<const std::uint64_t>(host, c->count));
+      return nullptr;
+    } catch (const std::exception& e) {
+      c->error = e.what();
+    } catch (...) {
+      c->error = "unknown exception";
+    }
+    return c->error.c_str();
+  };
+  const auto release = [](void* user) { delete static_cast<Context*>(user); };
+  CAI_SIM(st, caiSimLaunchHostTask, detail::to_stream(s, label + "()"), list.data(), list.size(),
+          run, release, owned.get(), label.c_str());
+  owned.release();  // the driver calls release after the task
+}
+void enqueue_task(StreamHandle s, std::span<const Access> accesses, Task fn,
+                  std::string_view name) {
+  enqueue_task(backend(), s, accesses, std::move(fn), name);
+}
+
+void set_race_detection(Backend& b, bool on) {
+  auto& st = simulated(b, "set_race_detection");
+  CAI_SIM(st, caiSimSetRaceDetection, on ? 1 : 0);
+}
+void set_race_detection(bool on) {
+  set_race_detection(backend(), on);
+}
+
+bool race_detection(Backend& b) {
+  auto& st = simulated(b, "race_detection");
+  int on = 0;
+  CAI_SIM(st, caiSimGetRaceDetection, &on);
+  return on != 0;
+}
+bool race_detection() {
+  return race_detection(backend());
+}
+
+void forget(Backend& b, std::uint64_t ptr, std::size_t bytes) {
+  auto& st = simulated(b, "forget");
+  CAI_SIM(st, caiSimForget, ptr, bytes);
+}
+void forget(std::uint64_t ptr, std::size_t bytes) {
+  forget(backend(), ptr, bytes);
+}
+
+Stats stats(Backend& b) {
+  auto& st = simulated(b, "stats");
+  CaiSimStats s{};
+  CAI_SIM(st, caiSimGetStats, &s);
+  return Stats{s.race_history, s.clock_slots, s.streams, s.ipc_mappings};
+}
+
+std::map<std::string, std::uint64_t> driver_calls(Backend& b) {
+  auto& st = simulated(b, "driver_calls");
+  std::vector<unsigned long long> counts(driver_entry_count + sim_entry_count);
+  CAI_SIM(st, caiSimGetCallCounts, counts.data(), counts.size());
+  std::map<std::string, std::uint64_t> out;
+  for (std::size_t i = 0; i < driver_entry_count; ++i) out[driver_entry_names[i]] = counts[i];
+  for (std::size_t i = 0; i < sim_entry_count; ++i)
+    out[sim_entry_names[i]] = counts[driver_entry_count + i];
+  return out;
+}
+
+void reset_driver_calls(Backend& b) {
+  auto& st = simulated(b, "reset_driver_calls");
+  CAI_SIM(st, caiSimResetCallCounts);
+}
+
+void inject_error(Backend& b, std::string_view entry, int code, unsigned skip, unsigned times) {
+  auto& st = simulated(b, "inject_error");
+  CAI_SIM(st, caiSimInjectError, std::string(entry).c_str(), static_cast<CUresult>(code), skip,
+          times);
+}
+
+std::uint64_t alloc_chunked(Backend& b, std::size_t chunk_bytes, unsigned chunks) {
+  auto& st = simulated(b, "alloc_chunked");
+  st.current_context();
+  CUdeviceptr p = 0;
+  CAI_SIM(st, caiSimMemAllocChunked, &p, chunk_bytes, chunks);
+  return p;
+}
+
+void free_chunked(Backend& b, std::uint64_t ptr) {
+  auto& st = simulated(b, "free_chunked");
+  st.ranges.forget(ptr, 1);
+  CAI_SIM(st, caiSimMemFreeChunked, ptr);
+}
+
+void* host_address(Backend& b, std::uint64_t ptr) {
+  auto& st = simulated(b, "host_address");
+  void* host = nullptr;
+  CAI_SIM(st, caiSimHostAddress, &host, ptr);
+  return host;
+}
+
+}  // namespace cai::device::sim

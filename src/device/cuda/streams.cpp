@@ -1,0 +1,136 @@
+// The backend's streams, events and host functions.
+
+#include <memory>
+#include <string>
+
+#include "cai/core/error.h"
+#include "device/cuda/backend.h"
+
+namespace cai::device {
+
+using detail::BackendState;
+using detail::is_default_stream;
+using detail::to_event;
+using detail::to_stream;
+using namespace cu;
+
+StreamHandle Backend::stream_create(bool non_blocking) {
+  BackendState& st = *state_;
+  st.current_context();
+  CUstream s = nullptr;
+  CAI_DRIVER(st, cuStreamCreate, &s, non_blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT);
+  return reinterpret_cast<std::uintptr_t>(s);
+}
+
+void Backend::stream_destroy(StreamHandle s) {
+  constexpr std::string_view where = "stream_destroy()";
+  CUstream stream = to_stream(s, where);
+  if (is_default_stream(s)) {
+    throw_error(Errc::value_error,
+                std::string(where) + ": the default streams (1, 2) cannot be destroyed");
+  }
+  CAI_DRIVER(*state_, cuStreamDestroy, stream);
+}
+
+void Backend::stream_synchronize(StreamHandle s) {
+  BackendState& st = *state_;
+  st.counts.stream_synchronize.bump();
+  CUstream stream = to_stream(s, "stream_synchronize()");
+  if (is_default_stream(s)) st.current_context();
+  CAI_DRIVER(st, cuStreamSynchronize, stream);
+}
+
+bool Backend::stream_query(StreamHandle s) {
+  BackendState& st = *state_;
+  CUstream stream = to_stream(s, "stream_query()");
+  if (is_default_stream(s)) st.current_context();
+  const CUresult r = st.api.cuStreamQuery(stream);
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  st.check(r, "cuStreamQuery");
+  return true;
+}
+
+int Backend::stream_device(StreamHandle s) {
+  BackendState& st = *state_;
+  CUstream stream = to_stream(s, "stream_device()");
+  if (is_default_stream(s)) return st.current_ordinal();
+  return st.context_device(st.stream_context(stream));
+}
+
+void Backend::launch_host_func(StreamHandle s, std::function<void()> fn) {
+  BackendState& st = *state_;
+  CUstream stream = to_stream(s, "launch_host_func()");
+  if (is_default_stream(s)) st.current_context();
+  auto* owned = new std::function<void()>(std::move(fn));
+  const CUresult r = st.api.cuLaunchHostFunc(
+      stream,
+      [](void* user) {
+        std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(user));
+        (*f)();
+      },
+      owned);
+  if (r != CUDA_SUCCESS) {
+    delete owned;
+    st.fail(r, "cuLaunchHostFunc");
+  }
+}
+
+EventHandle Backend::event_create(bool timing) {
+  BackendState& st = *state_;
+  st.counts.event_create.bump();
+  st.current_context();
+  CUevent e = nullptr;
+  CAI_DRIVER(st, cuEventCreate, &e, timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING);
+  return reinterpret_cast<std::uintptr_t>(e);
+}
+
+void Backend::event_destroy(EventHandle e) {
+  CAI_DRIVER(*state_, cuEventDestroy, to_event(e, "event_destroy()"));
+}
+
+void Backend::event_record(EventHandle e, StreamHandle s) {
+  BackendState& st = *state_;
+  st.counts.event_record.bump();
+  constexpr std::string_view where = "event_record()";
+  CUevent event = to_event(e, where);
+  CUstream stream = to_stream(s, where);
+  if (is_default_stream(s)) st.current_context();
+  CAI_DRIVER(st, cuEventRecord, event, stream);
+}
+
+void Backend::stream_wait_event(StreamHandle s, EventHandle e) {
+  BackendState& st = *state_;
+  st.counts.stream_wait_event.bump();
+  constexpr std::string_view where = "stream_wait_event()";
+  CUstream stream = to_stream(s, where);
+  CUevent event = to_event(e, where);
+  if (is_default_stream(s)) st.current_context();
+  CAI_DRIVER(st, cuStreamWaitEvent, stream, event, 0);
+}
+
+void Backend::event_synchronize(EventHandle e) {
+  CAI_DRIVER(*state_, cuEventSynchronize, to_event(e, "event_synchronize()"));
+}
+
+bool Backend::event_query(EventHandle e) {
+  BackendState& st = *state_;
+  const CUresult r = st.api.cuEventQuery(to_event(e, "event_query()"));
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  st.check(r, "cuEventQuery");
+  return true;
+}
+
+float Backend::event_elapsed_ms(EventHandle start, EventHandle end) {
+  constexpr std::string_view where = "event_elapsed_ms()";
+  float ms = 0;
+  CAI_DRIVER(*state_, cuEventElapsedTime, &ms, to_event(start, where), to_event(end, where));
+  return ms;
+}
+
+void Backend::synchronize() {
+  BackendState& st = *state_;
+  st.current_context();
+  CAI_DRIVER(st, cuCtxSynchronize);
+}
+
+}  // namespace cai::device

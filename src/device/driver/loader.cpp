@@ -1,0 +1,149 @@
+// Loading a driver's entry points: the same steps for libcuda.so.1 and for the simulator.
+
+#include <dlfcn.h>
+
+#include <string>
+
+#include "device/driver/api.h"
+
+namespace cai::device::cu {
+
+namespace {
+
+constexpr std::string_view kUseSim = "; set CAI_BACKEND=sim to use the simulator";
+
+std::string version_text(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+using GetProcAddress = CUresult (*)(const char* symbol, void** fn, int version, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult* found);
+
+struct Slot {
+  const char* name;
+  void** slot;
+};
+
+}  // namespace
+
+std::string describe(const DriverApi& a, CUresult r) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (a.cuGetErrorName == nullptr || a.cuGetErrorName(r, &name) != CUDA_SUCCESS) name = nullptr;
+  if (a.cuGetErrorString == nullptr || a.cuGetErrorString(r, &text) != CUDA_SUCCESS) text = nullptr;
+  std::string s = name ? name : "CUresult " + std::to_string(static_cast<int>(r));
+  if (text) s += std::string(" (") + text + ")";
+  return s;
+}
+
+Driver load_driver(const SymbolLookup& lookup, std::string name) {
+  Driver d;
+  d.name = std::move(name);
+  DriverApi& a = d.api;
+  auto fail = [&](std::string why) {
+    d.error = "CUDA backend: " + why + std::string(kUseSim);
+    return std::move(d);
+  };
+  // These five are exported under their plain names by every driver cuGetProcAddress_v2
+  // exists in (CUDA 12.0+); everything else goes through cuGetProcAddress.
+  auto get_proc = reinterpret_cast<GetProcAddress>(lookup("cuGetProcAddress_v2"));
+  a.cuGetErrorName = reinterpret_cast<decltype(a.cuGetErrorName)>(lookup("cuGetErrorName"));
+  a.cuGetErrorString = reinterpret_cast<decltype(a.cuGetErrorString)>(lookup("cuGetErrorString"));
+  a.cuInit = reinterpret_cast<decltype(a.cuInit)>(lookup("cuInit"));
+  a.cuDriverGetVersion =
+      reinterpret_cast<decltype(a.cuDriverGetVersion)>(lookup("cuDriverGetVersion"));
+  if (a.cuInit == nullptr || a.cuDriverGetVersion == nullptr)
+    return fail(d.name + " does not export cuInit (not an NVIDIA driver)");
+  if (CUresult r = a.cuDriverGetVersion(&d.version); r != CUDA_SUCCESS) {
+    if (r == CUDA_ERROR_STUB_LIBRARY) {
+      // The toolkit's link-time stub found first on the library path: it only returns this.
+      Dl_info info{};
+      const bool named =
+          dladdr(reinterpret_cast<void*>(a.cuInit), &info) != 0 && info.dli_fname != nullptr;
+      return fail(d.name + (named ? " (" + std::string(info.dli_fname) + ")" : std::string()) +
+                  " is the CUDA toolkit's stub library, not an NVIDIA driver; remove its "
+                  "directory from the library path");
+    }
+    return fail("cuDriverGetVersion failed: " + describe(a, r));
+  }
+  if (get_proc == nullptr || d.version < kDriverApiVersion) {
+    return fail("the NVIDIA driver supports CUDA " + version_text(d.version) + ", cai needs " +
+                version_text(kDriverApiVersion) + " or later; update the driver");
+  }
+  if (CUresult r = a.cuInit(0); r != CUDA_SUCCESS) {
+    const char* what = r == CUDA_ERROR_NO_DEVICE      ? "no CUDA device found"
+                       : r == CUDA_ERROR_STUB_LIBRARY ? "the toolkit's stub library, not a driver"
+                                                      : "the driver failed to initialise";
+    return fail(std::string("cuInit failed (") + what + "): " + describe(a, r));
+  }
+
+#define CAI_DETAIL_SLOT(entry, ...) {#entry, reinterpret_cast<void**>(&a.entry)},
+  const Slot slots[] = {CAI_DRIVER_ENTRIES(CAI_DETAIL_SLOT)};
+#undef CAI_DETAIL_SLOT
+  for (const Slot& s : slots) {
+    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    const CUresult r =
+        get_proc(s.name, s.slot, kDriverApiVersion, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);
+    if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || *s.slot == nullptr) {
+      return fail(std::string("cuGetProcAddress(\"") + s.name + "\", " +
+                  std::to_string(kDriverApiVersion) + ") failed: " +
+                  (r != CUDA_SUCCESS ? describe(a, r)
+                                     : "symbol status " + std::to_string(static_cast<int>(found))));
+    }
+  }
+
+  // The simulator's own entries: all of them, or a driver without them.
+  SimApi& sim = d.sim;
+#define CAI_DETAIL_SIM_SLOT(entry, ...) {#entry, reinterpret_cast<void**>(&sim.entry)},
+  const Slot sim_slots[] = {CAI_SIM_ENTRIES(CAI_DETAIL_SIM_SLOT)};
+#undef CAI_DETAIL_SIM_SLOT
+  std::size_t sim_found = 0;
+  for (const Slot& s : sim_slots) {
+    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (get_proc(s.name, s.slot, kDriverApiVersion, CU_GET_PROC_ADDRESS_DEFAULT, &found) ==
+            CUDA_SUCCESS &&
+        found == CU_GET_PROC_ADDRESS_SUCCESS && *s.slot != nullptr) {
+      ++sim_found;
+    } else {
+      *s.slot = nullptr;
+    }
+  }
+  if (sim_found != 0 && sim_found != sim_entry_count)
+    return fail(d.name + " has " + std::to_string(sim_found) + " of the " +
+                std::to_string(sim_entry_count) + " entry points of cai's simulator");
+  d.simulated = sim_found == sim_entry_count;
+
+  int count = 0;
+  if (CUresult r = a.cuDeviceGetCount(&count); r != CUDA_SUCCESS)
+    return fail("cuDeviceGetCount failed: " + describe(a, r));
+  if (count <= 0) return fail("the NVIDIA driver found no CUDA device");
+  for (int i = 0; i < count; ++i) {
+    CUdevice dev = 0;
+    if (CUresult r = a.cuDeviceGet(&dev, i); r != CUDA_SUCCESS)
+      return fail("cuDeviceGet(" + std::to_string(i) + ") failed: " + describe(a, r));
+    d.devices.push_back(dev);
+  }
+  d.ok = true;
+  return d;
+}
+
+std::shared_ptr<const Driver> libcuda() {
+  // A function-local static: loaded once, thread-safe. The library is never closed.
+  static const std::shared_ptr<const Driver> driver = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      auto d = std::make_shared<Driver>();
+      d->name = "libcuda.so.1";
+      const char* why = dlerror();
+      d->error = "CUDA backend: libcuda.so.1 not found (no NVIDIA driver on this machine";
+      if (why != nullptr) d->error += std::string(": ") + why;
+      d->error += ")" + std::string(kUseSim);
+      return std::shared_ptr<const Driver>(std::move(d));
+    }
+    return std::shared_ptr<const Driver>(std::make_shared<Driver>(
+        load_driver([lib](const char* symbol) { return dlsym(lib, symbol); }, "libcuda.so.1")));
+  }();
+  return driver;
+}
+
+}  // namespace cai::device::cu

@@ -1,0 +1,92 @@
+#include "device/sim/device_heap.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "cai/core/error.h"
+
+namespace cai::device::detail {
+
+std::uint64_t reserve_addresses(std::size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    throw_error(Errc::device_error, "simulator: cannot reserve " + std::to_string(bytes) +
+                                        " bytes of device addresses: " + std::strerror(errno));
+  }
+  return reinterpret_cast<std::uintptr_t>(p);
+}
+
+void unreserve_addresses(std::uint64_t base, std::size_t bytes) noexcept {
+  ::munmap(reinterpret_cast<void*>(static_cast<std::uintptr_t>(base)), bytes);
+}
+
+DeviceHeap::DeviceHeap(std::size_t capacity)
+    : segment_(SharedMapping::create(capacity, "cai-sim-device-memory")),
+      base_(reserve_addresses(capacity)),
+      alias_(segment_->data()),
+      capacity_(capacity) {
+  free_.emplace(0, capacity);
+}
+
+DeviceHeap::~DeviceHeap() {
+  unreserve_addresses(base_, capacity_);
+}
+
+std::uint64_t DeviceHeap::allocate(std::size_t bytes) {
+  if (bytes == 0 || bytes > capacity_) return 0;
+  const std::uint64_t need = rounded(bytes);
+  // Next fit: the first free block at or after the cursor, then from the start.
+  auto fits = [&](auto it) {
+    return it->first + it->second >= std::max(it->first, cursor_) + need;
+  };
+  auto it = free_.upper_bound(cursor_);
+  if (it != free_.begin() && std::prev(it)->first + std::prev(it)->second > cursor_) --it;
+  for (; it != free_.end() && !fits(it); ++it) {
+  }
+  std::uint64_t at = 0;
+  if (it != free_.end()) {
+    at = std::max(it->first, cursor_);
+  } else {
+    it = std::find_if(free_.begin(), free_.end(), [&](const auto& b) { return b.second >= need; });
+    if (it == free_.end()) return 0;
+    at = it->first;
+  }
+  const std::uint64_t off = it->first, size = it->second;
+  free_.erase(it);
+  if (at > off) free_.emplace(off, at - off);
+  if (off + size > at + need) free_.emplace(at + need, off + size - (at + need));
+  cursor_ = at + need;
+  return base_ + at;
+}
+
+void DeviceHeap::release(std::uint64_t ptr, std::size_t bytes) {
+  const std::uint64_t released_lo = offset_of(ptr), released_hi = released_lo + rounded(bytes);
+  std::uint64_t off = released_lo;
+  std::uint64_t size = rounded(bytes);
+  // Merge with the free neighbours, so that large blocks form again.
+  auto next = free_.lower_bound(off);
+  if (next != free_.end() && next->first == off + size) {
+    size += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      off = prev->first;
+      size += prev->second;
+      free_.erase(prev);
+    }
+  }
+  free_.emplace(off, size);
+  // The pages that the released block touches and that are now wholly free.
+  constexpr std::uint64_t page = 4096;
+  const std::uint64_t lo = std::max(off, released_lo / page * page);
+  const std::uint64_t hi = std::min(off + size, (released_hi + page - 1) / page * page);
+  if (hi > lo) segment_->discard(lo, hi - lo);
+}
+
+}  // namespace cai::device::detail

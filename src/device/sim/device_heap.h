@@ -1,0 +1,63 @@
+#pragma once
+
+// Internal: one simulated device's memory. A shared segment (device/shared_memory.h) that
+// another process can map, seen twice: at its device addresses without any access (so that a
+// host dereference of a device pointer faults, as on a GPU) and at a private alias that the
+// simulated kernels and copies use. Freed addresses are handed out again only after the rest
+// of the address space was used (next fit from a moving cursor), so that a stale pointer is
+// reported instead of landing in a new allocation. Not thread-safe: the simulator calls it
+// with its mutex held.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "device/shared_memory.h"
+
+namespace cai::device::detail {
+
+class DeviceHeap {
+ public:
+  /// Reserves `capacity` bytes of address space twice; memory is taken as blocks are written.
+  explicit DeviceHeap(std::size_t capacity);
+  ~DeviceHeap();
+  DeviceHeap(const DeviceHeap&) = delete;
+  DeviceHeap& operator=(const DeviceHeap&) = delete;
+
+  /// The device address of a new block of `bytes` (aligned to `alignment`), or 0 when none is
+  /// free.
+  std::uint64_t allocate(std::size_t bytes);
+  /// Returns a block that allocate() gave, of the same size; its whole pages go back to the
+  /// system.
+  void release(std::uint64_t ptr, std::size_t bytes);
+
+  bool contains(std::uint64_t ptr) const noexcept {
+    return ptr >= base_ && ptr - base_ < capacity_;
+  }
+  /// Where the CPU reaches the device address ptr.
+  std::byte* alias(std::uint64_t ptr) const noexcept { return alias_ + (ptr - base_); }
+  /// Offset of ptr in the segment (what an importer maps).
+  std::uint64_t offset_of(std::uint64_t ptr) const noexcept { return ptr - base_; }
+  int fd() const noexcept { return segment_->fd(); }
+
+  static constexpr std::size_t alignment = 256;
+
+ private:
+  static std::size_t rounded(std::size_t bytes) {
+    return (bytes + alignment - 1) / alignment * alignment;
+  }
+
+  std::shared_ptr<SharedMapping> segment_;  // the alias (read-write)
+  std::uint64_t base_ = 0;                  // the device addresses (no access)
+  std::byte* alias_ = nullptr;
+  std::size_t capacity_ = 0;
+  std::map<std::uint64_t, std::uint64_t> free_;  // offset -> size, disjoint, merged
+  std::uint64_t cursor_ = 0;                     // next fit starts here
+};
+
+/// Reserves `bytes` of address space that nothing may access (a device address range).
+std::uint64_t reserve_addresses(std::size_t bytes);
+void unreserve_addresses(std::uint64_t base, std::size_t bytes) noexcept;
+
+}  // namespace cai::device::detail

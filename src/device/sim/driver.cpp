@@ -1,0 +1,624 @@
+// The simulated driver: its exported symbols, the trampolines that reach an instance, and the
+// entry points of initialisation, errors, devices and contexts.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "cai/core/error.h"
+#include "device/sim/sim_driver.h"
+#include "device/sim/sim_internal.h"
+
+namespace cai::device::detail {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Trampolines: a C function per (instance slot, entry) that calls the member of the instance in
+// that slot. A fixed number of instances may live at once (tests make private ones).
+
+constexpr int kSlots = 16;
+std::atomic<SimDriver*> g_instances[kSlots];
+
+thread_local std::string t_detail;
+
+enum Entry : std::size_t {
+#define CAI_DETAIL_INDEX(name, ...) k_##name,
+  CAI_DRIVER_ENTRIES(CAI_DETAIL_INDEX) CAI_SIM_ENTRIES(CAI_DETAIL_INDEX)
+#undef CAI_DETAIL_INDEX
+      k_entry_count
+};
+static_assert(k_entry_count == driver_entry_count + sim_entry_count);
+
+CUresult code_of(Errc e) {
+  switch (e) {
+    case Errc::race:
+      return CAI_SIM_ERROR_RACE;
+    case Errc::not_implemented:
+      return CUDA_ERROR_NOT_SUPPORTED;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+template <class Member>
+struct Trampoline;
+template <class... A>
+struct Trampoline<CUresult (SimDriver::*)(A...)> {
+  template <int Slot, std::size_t Index, CUresult (SimDriver::*M)(A...)>
+  static CUresult call(A... a) noexcept {
+    SimDriver* d = g_instances[Slot].load(std::memory_order_acquire);
+    if (d == nullptr) return CUDA_ERROR_DEINITIALIZED;
+    if (Index != k_caiSimGetErrorDetail) t_detail.clear();
+    if (const CUresult r = d->enter(Index); r != CUDA_SUCCESS) return r;
+    try {
+      return (d->*M)(a...);
+    } catch (const Error& e) {
+      t_detail = e.what();
+      return code_of(e.code());
+    } catch (const std::bad_alloc&) {
+      t_detail = "out of host memory";
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    } catch (const std::exception& e) {
+      t_detail = e.what();
+      return CUDA_ERROR_UNKNOWN;
+    }
+  }
+};
+
+#define CAI_DETAIL_ENTRY(name, ...) \
+  &Trampoline<decltype(&SimDriver::name)>::template call<S, k_##name, &SimDriver::name>,
+template <int S>
+const DriverApi& driver_table() {
+  static const DriverApi t{CAI_DRIVER_ENTRIES(CAI_DETAIL_ENTRY)};
+  return t;
+}
+template <int S>
+const SimApi& sim_table() {
+  static const SimApi t{CAI_SIM_ENTRIES(CAI_DETAIL_ENTRY)};
+  return t;
+}
+#undef CAI_DETAIL_ENTRY
+
+template <int S>
+CUresult get_proc_address(const char* symbol, void** fn, int version, cuuint64_t flags,
+                          CUdriverProcAddressQueryResult* found) noexcept {
+  SimDriver* d = g_instances[S].load(std::memory_order_acquire);
+  if (d == nullptr) return CUDA_ERROR_DEINITIALIZED;
+  return d->cuGetProcAddress_v2(symbol, fn, version, flags, found);
+}
+
+struct SlotTables {
+  const DriverApi& (*driver)();
+  const SimApi& (*sim)();
+  void* get_proc;
+};
+template <int... S>
+constexpr std::array<SlotTables, sizeof...(S)> slot_tables(std::integer_sequence<int, S...>) {
+  return {SlotTables{&driver_table<S>, &sim_table<S>,
+                     reinterpret_cast<void*>(&get_proc_address<S>)}...};
+}
+const std::array<SlotTables, kSlots> g_tables =
+    slot_tables(std::make_integer_sequence<int, kSlots>{});
+
+// ---------------------------------------------------------------------------------------------
+// Error names and texts, as the driver gives them.
+
+struct ErrorText {
+  CUresult code;
+  const char* name;
+  const char* text;
+};
+constexpr ErrorText kErrors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_MAP_FAILED, "CUDA_ERROR_MAP_FAILED", "mapping of buffer object failed"},
+    {CUDA_ERROR_ALREADY_MAPPED, "CUDA_ERROR_ALREADY_MAPPED", "resource already mapped"},
+    {CUDA_ERROR_NOT_MAPPED, "CUDA_ERROR_NOT_MAPPED", "resource not mapped"},
+    {CUDA_ERROR_INVALID_PTX, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
+    {CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+     "the provided PTX was compiled with an unsupported toolchain."},
+    {CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM",
+     "OS call failed or operation "
+     "not supported on this OS"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE",
+     "the operation cannot be performed "
+     "in the present state"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
+     "an illegal memory access was "
+     "encountered"},
+    {CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+     "too many resources requested for launch"},
+    {CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
+    {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+     "part or all of the requested memory range is already mapped"},
+    {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+     "pointer does not correspond to a registered memory region"},
+    {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+    {CAI_SIM_ERROR_RACE, "CAI_SIM_ERROR_RACE", "a data race (cai's simulated driver)"},
+};
+
+const ErrorText* find_error(CUresult r) {
+  for (const ErrorText& e : kErrors)
+    if (e.code == r) return &e;
+  return nullptr;
+}
+
+// Live instances, told when a host thread exits. Leaked so that thread exits during static
+// destruction still find it.
+struct LiveInstances {
+  std::mutex mu;
+  std::vector<SimDriver*> list;
+};
+LiveInstances& live() {
+  static auto* l = new LiveInstances;
+  return *l;
+}
+
+std::atomic<std::uint64_t> g_next_instance{1};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Shared with the other files of the simulator.
+
+std::atomic<std::uint64_t> g_next_thread{1};
+
+HostThread::~HostThread() {
+  LiveInstances& l = live();
+  std::lock_guard g(l.mu);
+  for (SimDriver* d : l.list) d->on_thread_exit(id);
+}
+
+std::uint64_t this_thread_id() {
+  thread_local HostThread t;
+  return t.id;
+}
+
+void set_error_detail(std::string detail) {
+  t_detail = std::move(detail);
+}
+
+CUresult fail(CUresult r, std::string detail) {
+  t_detail = std::move(detail);
+  return r;
+}
+
+std::string hex_text(std::uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Construction and teardown.
+
+SimDriver::SimDriver(int devices)
+    : devices_(devices),
+      instance_(g_next_instance.fetch_add(1)),
+      calls_(new std::atomic<std::uint64_t>[k_entry_count]) {
+  if (devices < 1 || devices > kMaxDevices) {
+    throw_error(Errc::value_error, "simulator: " + std::to_string(devices) +
+                                       " devices requested, expected 1 to " +
+                                       std::to_string(kMaxDevices));
+  }
+  for (std::size_t i = 0; i < k_entry_count; ++i) calls_[i] = 0;
+  device_state_.resize(static_cast<std::size_t>(devices));
+  host_ = {0, std::make_shared<const std::string>("the host")};
+  for (int d = 0; d < devices; ++d) {
+    std::string label = "legacy default stream";
+    if (devices > 1) label += " of device " + std::to_string(d);
+    auto s = new_stream_locked(1, std::move(label), d, false);
+    s->legacy = true;
+    device_state_[static_cast<std::size_t>(d)].legacy = std::move(s);
+  }
+  for (int i = 0; i < kSlots; ++i) {
+    SimDriver* expected = nullptr;
+    if (g_instances[i].compare_exchange_strong(expected, this)) {
+      slot_ = i;
+      break;
+    }
+  }
+  if (slot_ < 0) {
+    throw_error(Errc::device_error,
+                "simulator: more than " + std::to_string(kSlots) + " simulated drivers at once");
+  }
+  LiveInstances& l = live();
+  std::lock_guard g(l.mu);
+  l.list.push_back(this);
+}
+
+SimDriver::~SimDriver() {
+  {
+    LiveInstances& l = live();
+    std::lock_guard g(l.mu);
+    std::erase(l.list, this);
+  }
+  std::vector<std::thread> pool;
+  {
+    std::unique_lock lk(mu_);
+    for (auto& s : all_streams_) s->destroyed = true;  // each leaves once drained
+    std::erase_if(all_streams_, [](const auto& s) { return s->queue.empty() && !s->running; });
+    stopping_ = true;  // interprocess waits give up, so that the streams drain
+    cv_.wait(lk, [&] { return all_streams_.empty(); });
+    pool_stopping_ = true;
+    pool_cv_.notify_all();
+    pool.swap(pool_);
+  }
+  for (std::thread& t : pool) t.join();
+  g_instances[slot_].store(nullptr, std::memory_order_release);
+  for (auto& [base, a] : memory_) {
+    if (a.kind == Kind::pinned || a.kind == Kind::managed) free_host_block(a.host);
+    if (a.kind == Kind::opened) unreserve_addresses(base, (a.size + 4095) / 4096 * 4096);
+  }
+}
+
+std::shared_ptr<const Driver> make_sim_driver(int devices) {
+  auto sim = std::make_shared<SimDriver>(devices);
+  auto d = std::make_shared<Driver>(
+      load_driver([&sim](const char* name) { return sim->symbol(name); }, "simulator"));
+  d->keep = sim;
+  return d;
+}
+
+int sim_devices_from_env() {
+  const char* v = std::getenv("CAI_SIM_DEVICES");
+  if (v == nullptr || *v == '\0') return 1;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 1 || n > kMaxDevices) {
+    throw_error(Errc::value_error, std::string("CAI_SIM_DEVICES=") + v +
+                                       ": expected an integer from 1 to " +
+                                       std::to_string(kMaxDevices));
+  }
+  return static_cast<int>(n);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Symbols, calls and injected errors.
+
+void* SimDriver::symbol(const char* name) const {
+  const SlotTables& t = g_tables[static_cast<std::size_t>(slot_)];
+  const DriverApi& a = t.driver();
+  const std::string_view n(name);
+  if (n == "cuGetProcAddress_v2") return t.get_proc;
+  if (n == "cuGetErrorName") return reinterpret_cast<void*>(a.cuGetErrorName);
+  if (n == "cuGetErrorString") return reinterpret_cast<void*>(a.cuGetErrorString);
+  if (n == "cuInit") return reinterpret_cast<void*>(a.cuInit);
+  if (n == "cuDriverGetVersion") return reinterpret_cast<void*>(a.cuDriverGetVersion);
+  return nullptr;
+}
+
+CUresult SimDriver::cuGetProcAddress_v2(const char* symbol, void** fn, int version,
+                                        cuuint64_t flags, CUdriverProcAddressQueryResult* found) {
+  if (symbol == nullptr || fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  (void)flags;
+  const SlotTables& t = g_tables[static_cast<std::size_t>(slot_)];
+  const DriverApi& a = t.driver();
+  const SimApi& s = t.sim();
+  *fn = nullptr;
+  const std::string_view n(symbol);
+#define CAI_DETAIL_FIND(name, ...) \
+  if (n == #name) *fn = reinterpret_cast<void*>(a.name);
+  CAI_DRIVER_ENTRIES(CAI_DETAIL_FIND)
+#undef CAI_DETAIL_FIND
+#define CAI_DETAIL_FIND(name, ...) \
+  if (n == #name) *fn = reinterpret_cast<void*>(s.name);
+  CAI_SIM_ENTRIES(CAI_DETAIL_FIND)
+#undef CAI_DETAIL_FIND
+  const bool ok = *fn != nullptr && version >= kDriverApiVersion;
+  if (*fn != nullptr && !ok) *fn = nullptr;
+  if (found != nullptr) {
+    *found = ok ? CU_GET_PROC_ADDRESS_SUCCESS
+                : (*fn == nullptr && version < kDriverApiVersion
+                       ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                       : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  }
+  return ok ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult SimDriver::enter(std::size_t index) noexcept {
+  calls_[index].fetch_add(1, std::memory_order_relaxed);
+  if (!initialized_ && index > k_cuDriverGetVersion && index < driver_entry_count) {
+    return fail(CUDA_ERROR_NOT_INITIALIZED, "cuInit has not been called");
+  }
+  if (!any_injection_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
+  std::lock_guard g(inject_mu_);
+  auto it = injections_.find(index);
+  if (it == injections_.end()) return CUDA_SUCCESS;
+  Injection& inj = it->second;
+  if (inj.skip > 0) {
+    --inj.skip;
+    return CUDA_SUCCESS;
+  }
+  const CUresult r = inj.result;
+  if (--inj.times == 0) injections_.erase(it);
+  if (injections_.empty()) any_injection_ = false;
+  return fail(r, std::string("injected by caiSimInjectError(\"") +
+                     (index < driver_entry_count ? driver_entry_names[index]
+                                                 : sim_entry_names[index - driver_entry_count]) +
+                     "\")");
+}
+
+CUresult SimDriver::caiSimInjectError(const char* entry, CUresult result, unsigned int skip,
+                                      unsigned int times) {
+  if (entry == nullptr || times == 0) return fail(CUDA_ERROR_INVALID_VALUE, "no entry or times 0");
+  std::size_t index = k_entry_count;
+  for (std::size_t i = 0; i < driver_entry_count; ++i)
+    if (std::strcmp(entry, driver_entry_names[i]) == 0) index = i;
+  for (std::size_t i = 0; i < sim_entry_count; ++i)
+    if (std::strcmp(entry, sim_entry_names[i]) == 0) index = driver_entry_count + i;
+  if (index == k_entry_count)
+    return fail(CUDA_ERROR_NOT_FOUND, std::string("no entry point named ") + entry);
+  std::lock_guard g(inject_mu_);
+  injections_[index] = Injection{result, skip, times};
+  any_injection_ = true;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::caiSimGetCallCounts(unsigned long long* counts, std::size_t count) {
+  if (counts == nullptr && count != 0) return CUDA_ERROR_INVALID_VALUE;
+  for (std::size_t i = 0; i < count && i < k_entry_count; ++i)
+    counts[i] = calls_[i].load(std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::caiSimResetCallCounts() {
+  for (std::size_t i = 0; i < k_entry_count; ++i) calls_[i].store(0, std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::caiSimGetErrorDetail(const char** detail) {
+  if (detail == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *detail = t_detail.empty() ? nullptr : t_detail.c_str();
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Initialisation and errors.
+
+CUresult SimDriver::cuGetErrorName(CUresult error, const char** text) {
+  if (text == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const ErrorText* e = find_error(error);
+  *text = e ? e->name : nullptr;
+  return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult SimDriver::cuGetErrorString(CUresult error, const char** text) {
+  if (text == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const ErrorText* e = find_error(error);
+  *text = e ? e->text : nullptr;
+  return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult SimDriver::cuInit(unsigned int flags) {
+  if (flags != 0) return fail(CUDA_ERROR_INVALID_VALUE, "cuInit: flags must be 0");
+  initialized_ = true;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuDriverGetVersion(int* version) {
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *version = kSimDriverVersion;
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Devices.
+
+CUresult SimDriver::cuDeviceGetCount(int* count) {
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *count = devices_;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuDeviceGet(CUdevice* device, int ordinal) {
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (ordinal < 0 || ordinal >= devices_)
+    return fail(CUDA_ERROR_INVALID_DEVICE,
+                "device " + std::to_string(ordinal) + " out of range; the simulator has " +
+                    std::to_string(devices_) + " device(s) (CAI_SIM_DEVICES)");
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+#define CAI_SIM_CHECK_DEVICE(dev)          \
+  if ((dev) < 0 || (dev) >= devices_)      \
+    return fail(CUDA_ERROR_INVALID_DEVICE, \
+                "device " + std::to_string(dev) + " is not a device of the simulator");
+
+CUresult SimDriver::cuDeviceGetName(char* name, int length, CUdevice device) {
+  CAI_SIM_CHECK_DEVICE(device)
+  if (name == nullptr || length <= 0) return CUDA_ERROR_INVALID_VALUE;
+  std::snprintf(name, static_cast<std::size_t>(length), "%s", kSimDeviceName);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuDeviceGetAttribute(int* value, CUdevice_attribute attribute,
+                                         CUdevice device) {
+  CAI_SIM_CHECK_DEVICE(device)
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (attribute) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+      *value = 9;
+      return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+      *value = 0;
+      return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+      *value = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+      *value = 1;
+      return CUDA_SUCCESS;
+  }
+  return fail(
+      CUDA_ERROR_INVALID_VALUE,
+      "device attribute " + std::to_string(static_cast<int>(attribute)) + " is not simulated");
+}
+
+CUresult SimDriver::cuDeviceTotalMem(std::size_t* bytes, CUdevice device) {
+  CAI_SIM_CHECK_DEVICE(device)
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *bytes = kDeviceMemory;  // address space; pages are taken from host memory when written
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuDeviceGetUuid(CUuuid* uuid, CUdevice device) {
+  CAI_SIM_CHECK_DEVICE(device)
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // The same in every process, so that an IPC handle finds its device by uuid.
+  const char tag[] = "cai-sim-device";
+  std::memcpy(uuid->bytes, tag, 14);
+  uuid->bytes[14] = static_cast<char>(device >> 8);
+  uuid->bytes[15] = static_cast<char>(device & 0xff);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
+  CAI_SIM_CHECK_DEVICE(device)
+  if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *context = context_handle(instance_, device);
+  return CUDA_SUCCESS;
+}
+
+#undef CAI_SIM_CHECK_DEVICE
+
+// ---------------------------------------------------------------------------------------------
+// Contexts: one primary context per device; each host thread has a stack of current ones.
+
+int SimDriver::current_locked() {
+  auto it = contexts_.find(this_thread_id());
+  if (it == contexts_.end() || it->second.empty()) return -1;
+  return it->second.back();
+}
+
+CUresult SimDriver::need_context_locked(int& device) {
+  device = current_locked();
+  if (device < 0)
+    return fail(CUDA_ERROR_INVALID_CONTEXT,
+                "no current context on this thread (cuCtxSetCurrent or cuCtxPushCurrent first)");
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuCtxGetCurrent(CUcontext* context) {
+  if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(mu_);
+  const int d = current_locked();
+  *context = d < 0 ? nullptr : context_handle(instance_, d);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuCtxSetCurrent(CUcontext context) {
+  std::lock_guard lk(mu_);
+  auto& stack = contexts_[this_thread_id()];
+  if (context == nullptr) {
+    // As the driver: popping the top, or nothing when the stack is empty.
+    if (!stack.empty()) stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  const int d = context_device(instance_, context, devices_);
+  if (d < 0) return fail(CUDA_ERROR_INVALID_CONTEXT, "not a context of the simulator");
+  if (stack.empty()) {
+    stack.push_back(d);
+  } else {
+    stack.back() = d;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuCtxPushCurrent(CUcontext context) {
+  std::lock_guard lk(mu_);
+  const int d = context_device(instance_, context, devices_);
+  if (d < 0)
+    return fail(CUDA_ERROR_INVALID_CONTEXT, context == nullptr
+                                                ? "cuCtxPushCurrent(NULL): no context to push"
+                                                : "not a context of the simulator");
+  contexts_[this_thread_id()].push_back(d);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuCtxPopCurrent(CUcontext* context) {
+  std::lock_guard lk(mu_);
+  auto& stack = contexts_[this_thread_id()];
+  if (stack.empty()) return fail(CUDA_ERROR_INVALID_CONTEXT, "the context stack is empty");
+  if (context != nullptr) *context = context_handle(instance_, stack.back());
+  stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuCtxGetDevice(CUdevice* device) {
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(mu_);
+  int d = 0;
+  if (CUresult r = need_context_locked(d)) return r;
+  *device = d;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuCtxSynchronize() {
+  std::unique_lock lk(mu_);
+  int device = 0;
+  if (CUresult r = need_context_locked(device)) return r;
+  std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>> targets;
+  VectorClock clock = device_state_[static_cast<std::size_t>(device)].retired_all;
+  for (const auto& s : all_streams_) {
+    if (s->device != device) continue;
+    targets.emplace_back(s, s->enqueued);
+    join(clock, s->clock);
+  }
+  for (auto& [s, seq] : targets) wait_locked(lk, *s, seq);
+  join(host_clock_, clock);
+  for (auto& [s, seq] : targets)
+    if (CUresult r = sticky_locked(*s, seq)) return r;
+  return CUDA_SUCCESS;
+}
+
+void SimDriver::on_thread_exit(std::uint64_t thread_id) {
+  std::lock_guard lk(mu_);
+  for (auto it = per_thread_.begin(); it != per_thread_.end();) {
+    if (it->first.first != thread_id) {
+      ++it;
+      continue;
+    }
+    release_locked(it->second);  // never waits: a thread exit must not wait for stream work
+    it = per_thread_.erase(it);
+  }
+  contexts_.erase(thread_id);
+}
+
+CUresult SimDriver::caiSimGetStats(CaiSimStats* stats) {
+  if (stats == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(mu_);
+  stats->race_history = races_.segment_count();
+  stats->clock_slots = slot_count_;
+  stats->streams = all_streams_.size();
+  stats->ipc_mappings = static_cast<std::size_t>(std::count_if(
+      memory_.begin(), memory_.end(), [](const auto& m) { return m.second.kind == Kind::opened; }));
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cai::device::detail

@@ -1,0 +1,637 @@
+// The simulated driver's memory: device heaps with reserved addresses, pinned, registered and
+// managed host memory, stream-ordered and chunked allocations, pointer attributes, copies and
+// memsets, and the declared host accesses of the race detector.
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "cai/core/error.h"
+#include "cai/core/layout.h"
+#include "cai/core/strided.h"
+#include "device/sim/sim_driver.h"
+#include "device/sim/sim_internal.h"
+
+namespace cai::device::detail {
+
+namespace {
+
+std::string range_of(std::uint64_t lo, std::uint64_t hi) {
+  return "[" + hex_text(lo) + "+" + std::to_string(hi - lo) + ")";
+}
+
+// Whether [lo, hi) is mapped in this process (pageable host memory the host may touch).
+bool host_mapped(std::uint64_t lo, std::uint64_t hi) {
+  static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t a = lo / page * page;
+  return ::msync(reinterpret_cast<void*>(static_cast<std::uintptr_t>(a)), hi - a, MS_ASYNC) == 0;
+}
+
+}  // namespace
+
+std::byte* allocate_host_block(std::size_t bytes) {
+  const std::size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+  return static_cast<std::byte*>(
+      ::operator new (rounded, std::align_val_t{kHostAlignment}, std::nothrow));
+}
+
+void free_host_block(std::byte* p) noexcept {
+  ::operator delete (p, std::align_val_t{kHostAlignment});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bookkeeping (mu_ held).
+
+DeviceHeap& SimDriver::heap_locked(int device) {
+  auto& heap = device_state_[static_cast<std::size_t>(device)].heap;
+  if (!heap) heap = std::make_unique<DeviceHeap>(kDeviceMemory);
+  return *heap;
+}
+
+std::uint64_t SimDriver::add_allocation_locked(std::uint64_t base, Allocation a) {
+  races_.forget(base, base + a.size);  // in case stale history of host memory was here
+  memory_[base] = std::move(a);
+  return base;
+}
+
+const SimDriver::Allocation* SimDriver::find_locked(std::uint64_t lo, std::uint64_t hi,
+                                                    std::uint64_t* base, bool* partial) const {
+  if (partial) *partial = false;
+  auto it = memory_.upper_bound(lo);
+  if (it != memory_.begin()) {
+    const auto a = std::prev(it);
+    if (lo - a->first < a->second.size) {
+      if (hi - a->first > a->second.size) {
+        if (partial) *partial = true;
+        return nullptr;
+      }
+      if (base) *base = a->first;
+      return &a->second;
+    }
+  }
+  if (partial && it != memory_.end() && it->first < hi) *partial = true;
+  return nullptr;
+}
+
+CUresult SimDriver::reach_locked(std::uint64_t lo, std::uint64_t hi, int device, bool pageable_ok,
+                                 CUresult error, const char* what, std::int64_t& delta) {
+  const std::string where = std::string(what) + " " + range_of(lo, hi);
+  std::uint64_t base = 0;
+  bool partial = false;
+  const Allocation* a = find_locked(lo, hi, &base, &partial);
+  if (a == nullptr) {
+    if (partial) return fail(error, where + " straddles the end or the start of an allocation");
+    for (const DeviceState& ds : device_state_) {
+      if (ds.heap && ds.heap->contains(lo))
+        return fail(error, where +
+                               " is in device address space but not in any allocation "
+                               "(freed, or never allocated)");
+    }
+    if (!pageable_ok)
+      return fail(error, where +
+                             " is not memory the device can access (pageable host memory "
+                             "or a wild pointer)");
+    if (!host_mapped(lo, hi))
+      return fail(error, where + " is not mapped in this process (a wild pointer)");
+    delta = 0;
+    return CUDA_SUCCESS;
+  }
+  const bool on_device = a->kind == Kind::device || a->kind == Kind::pool ||
+                         a->kind == Kind::chunk || a->kind == Kind::opened;
+  if (on_device && device >= 0 && a->device != device) {
+    return fail(error, where + " is memory of device " + std::to_string(a->device) +
+                           ", which a kernel of device " + std::to_string(device) +
+                           " cannot reach (peer access is not enabled)");
+  }
+  delta = reinterpret_cast<std::intptr_t>(a->host) - static_cast<std::int64_t>(base);
+  return CUDA_SUCCESS;
+}
+
+void SimDriver::give_back_locked(std::uint64_t base, const Allocation& a) {
+  switch (a.kind) {
+    case Kind::device:
+    case Kind::pool:
+    case Kind::chunk:
+      heap_locked(a.device).release(base, a.size);
+      break;
+    case Kind::pinned:
+    case Kind::managed:
+      free_host_block(a.host);
+      break;
+    case Kind::opened:
+    case Kind::registered:
+      break;  // the mapping goes with its last reference; registered memory is the caller's
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allocation.
+
+CUresult SimDriver::cuMemAlloc(CUdeviceptr* ptr, std::size_t bytes) {
+  if (ptr == nullptr || bytes == 0) return fail(CUDA_ERROR_INVALID_VALUE, "cuMemAlloc of 0 bytes");
+  std::lock_guard lk(mu_);
+  int device = 0;
+  if (CUresult r = need_context_locked(device)) return r;
+  DeviceHeap& heap = heap_locked(device);
+  const std::uint64_t base = heap.allocate(bytes);
+  if (base == 0)
+    return fail(CUDA_ERROR_OUT_OF_MEMORY, "out of memory allocating " + std::to_string(bytes) +
+                                              " bytes on device " + std::to_string(device));
+  Allocation a;
+  a.size = bytes;
+  a.kind = Kind::device;
+  a.device = device;
+  a.host = heap.alias(base);
+  *ptr = add_allocation_locked(base, std::move(a));
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuMemAllocAsync(CUdeviceptr* ptr, std::size_t bytes, CUstream h) {
+  if (ptr == nullptr || bytes == 0)
+    return fail(CUDA_ERROR_INVALID_VALUE, "cuMemAllocAsync of 0 bytes");
+  std::lock_guard lk(mu_);
+  std::shared_ptr<Stream> s;
+  if (CUresult r = resolve_locked(h, s)) return r;
+  DeviceHeap& heap = heap_locked(s->device);
+  const std::uint64_t base = heap.allocate(bytes);
+  if (base == 0)
+    return fail(CUDA_ERROR_OUT_OF_MEMORY, "out of memory allocating " + std::to_string(bytes) +
+                                              " bytes on device " + std::to_string(s->device));
+  Allocation a;
+  a.size = bytes;
+  a.kind = Kind::pool;
+  a.device = s->device;
+  a.host = heap.alias(base);
+  *ptr = add_allocation_locked(base, std::move(a));
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::caiSimMemAllocChunked(CUdeviceptr* ptr, std::size_t chunk_bytes,
+                                          unsigned int chunks) {
+  if (ptr == nullptr || chunk_bytes == 0 || chunks == 0 || chunk_bytes % DeviceHeap::alignment != 0)
+    return fail(CUDA_ERROR_INVALID_VALUE,
+                "caiSimMemAllocChunked: chunks of a positive multiple of 256 bytes");
+  std::lock_guard lk(mu_);
+  int device = 0;
+  if (CUresult r = need_context_locked(device)) return r;
+  DeviceHeap& heap = heap_locked(device);
+  const std::uint64_t base = heap.allocate(chunk_bytes * chunks);
+  if (base == 0) return fail(CUDA_ERROR_OUT_OF_MEMORY, "out of memory");
+  for (unsigned i = 0; i < chunks; ++i) {
+    const std::uint64_t at = base + i * chunk_bytes;
+    Allocation a;
+    a.size = chunk_bytes;
+    a.kind = Kind::chunk;
+    a.device = device;
+    a.host = heap.alias(at);
+    a.chunk_group = base;
+    add_allocation_locked(at, std::move(a));
+  }
+  *ptr = base;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuMemAllocHost(void** ptr, std::size_t bytes) {
+  if (ptr == nullptr || bytes == 0)
+    return fail(CUDA_ERROR_INVALID_VALUE, "cuMemAllocHost of 0 bytes");
+  std::lock_guard lk(mu_);
+  int device = 0;
+  if (CUresult r = need_context_locked(device)) return r;
+  std::byte* p = allocate_host_block(bytes);
+  if (p == nullptr) return fail(CUDA_ERROR_OUT_OF_MEMORY, "out of host memory");
+  Allocation a;
+  a.size = bytes;
+  a.kind = Kind::pinned;
+  a.device = device;
+  a.host = p;
+  add_allocation_locked(reinterpret_cast<std::uintptr_t>(p), std::move(a));
+  *ptr = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuMemAllocManaged(CUdeviceptr* ptr, std::size_t bytes, unsigned int flags) {
+  if (ptr == nullptr || bytes == 0 ||
+      (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+    return fail(CUDA_ERROR_INVALID_VALUE,
+                "cuMemAllocManaged: 0 bytes, or flags other than CU_MEM_ATTACH_GLOBAL/HOST");
+  std::lock_guard lk(mu_);
+  int device = 0;
+  if (CUresult r = need_context_locked(device)) return r;
+  std::byte* p = allocate_host_block(bytes);
+  if (p == nullptr) return fail(CUDA_ERROR_OUT_OF_MEMORY, "out of host memory");
+  Allocation a;
+  a.size = bytes;
+  a.kind = Kind::managed;
+  a.device = device;
+  a.host = p;
+  *ptr = add_allocation_locked(reinterpret_cast<std::uintptr_t>(p), std::move(a));
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuMemHostRegister(void* ptr, std::size_t bytes, unsigned int flags) {
+  if (ptr == nullptr || bytes == 0 ||
+      (flags & ~(kMemHostRegisterPortable | kMemHostRegisterDeviceMap)) != 0)
+    return fail(CUDA_ERROR_INVALID_VALUE, "cuMemHostRegister: null, empty or unknown flags");
+  const auto lo = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ptr));
+  std::lock_guard lk(mu_);
+  int device = 0;
+  if (CUresult r = need_context_locked(device)) return r;
+  bool partial = false;
+  if (find_locked(lo, lo + bytes, nullptr, &partial) != nullptr || partial)
+    return fail(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+                range_of(lo, lo + bytes) + " overlaps memory the driver already knows");
+  if (!host_mapped(lo, lo + bytes))
+    return fail(CUDA_ERROR_INVALID_VALUE, range_of(lo, lo + bytes) + " is not mapped");
+  Allocation a;
+  a.size = bytes;
+  a.kind = Kind::registered;
+  a.device = device;
+  a.host = static_cast<std::byte*>(ptr);
+  add_allocation_locked(lo, std::move(a));
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Release.
+
+CUresult SimDriver::cuMemFree(CUdeviceptr ptr) {
+  std::unique_lock lk(mu_);
+  auto it = memory_.find(ptr);
+  if (it == memory_.end() || (it->second.kind != Kind::device && it->second.kind != Kind::pool &&
+                              it->second.kind != Kind::managed)) {
+    std::string why = hex_text(ptr) +
+                      " is not the start of a cuMemAlloc, cuMemAllocAsync or "
+                      "cuMemAllocManaged allocation";
+    if (it != memory_.end() && it->second.kind == Kind::opened)
+      why += " (it was opened from another process: cuIpcCloseMemHandle)";
+    std::uint64_t base = 0;
+    if (find_locked(ptr, ptr + 1, &base) != nullptr && base != ptr)
+      why += " (it is inside the allocation at " + hex_text(base) + ")";
+    return fail(CUDA_ERROR_INVALID_VALUE, why);
+  }
+  const Allocation a = it->second;
+  memory_.erase(it);
+  // The driver documents that cuMemFree may synchronize: work already queued may still use it.
+  drain_locked(lk);
+  races_.forget(ptr, ptr + a.size);
+  unexport_locked(a);
+  give_back_locked(ptr, a);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::caiSimMemFreeChunked(CUdeviceptr ptr) {
+  std::unique_lock lk(mu_);
+  auto it = memory_.find(ptr);
+  if (it == memory_.end() || it->second.kind != Kind::chunk || it->second.chunk_group != ptr)
+    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not a caiSimMemAllocChunked start");
+  const int device = it->second.device;
+  std::uint64_t size = 0;
+  while (it != memory_.end() && it->second.kind == Kind::chunk && it->second.chunk_group == ptr) {
+    size += it->second.size;
+    it = memory_.erase(it);
+  }
+  drain_locked(lk);
+  races_.forget(ptr, ptr + size);
+  heap_locked(device).release(ptr, size);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuMemFreeHost(void* p) {
+  const auto ptr = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+  std::unique_lock lk(mu_);
+  auto it = memory_.find(ptr);
+  if (it == memory_.end() || it->second.kind != Kind::pinned)
+    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not from cuMemAllocHost");
+  const Allocation a = it->second;
+  memory_.erase(it);
+  drain_locked(lk);
+  races_.forget(ptr, ptr + a.size);
+  give_back_locked(ptr, a);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuMemHostUnregister(void* p) {
+  const auto ptr = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+  std::unique_lock lk(mu_);
+  auto it = memory_.find(ptr);
+  if (it == memory_.end() || it->second.kind != Kind::registered)
+    return fail(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
+                hex_text(ptr) + " is not the start of a cuMemHostRegister range");
+  const Allocation a = it->second;
+  memory_.erase(it);
+  drain_locked(lk);
+  races_.forget(ptr, ptr + a.size);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuMemFreeAsync(CUdeviceptr ptr, CUstream h) {
+  std::lock_guard lk(mu_);
+  std::shared_ptr<Stream> s;
+  if (CUresult r = resolve_locked(h, s)) return r;
+  auto it = memory_.find(ptr);
+  if (it == memory_.end() || it->second.kind != Kind::pool)
+    return fail(CUDA_ERROR_INVALID_VALUE,
+                hex_text(ptr) + " is not the start of a cuMemAllocAsync allocation");
+  const Allocation a = it->second;
+  // The free writes the whole allocation: work of another stream not ordered before it races.
+  const AccessRun runs[] = {{ptr, ptr + a.size, true}};
+  Op op;
+  op.name = "cuMemFreeAsync";
+  op.fn = [this, ptr, a] {
+    std::lock_guard g(mu_);
+    give_back_locked(ptr, a);
+  };
+  enqueue_locked(s, std::move(op), runs);
+  // From now on the memory is gone for every new operation.
+  memory_.erase(it);
+  races_.forget(ptr, ptr + a.size);
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pointer attributes.
+
+CUresult SimDriver::cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
+                                          CUdeviceptr ptr) {
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(mu_);
+  const Allocation* a = find_locked(ptr, ptr + 1);
+  if (a == nullptr)
+    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not memory the driver knows");
+  if (attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER && !host_kind(a->kind))
+    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is device memory: no host address");
+  return attributes_locked(1, &attribute, &data, ptr);
+}
+
+CUresult SimDriver::cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes,
+                                           void** data, CUdeviceptr ptr) {
+  if (count > 0 && (attributes == nullptr || data == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(mu_);
+  return attributes_locked(count, attributes, data, ptr);
+}
+
+CUresult SimDriver::attributes_locked(unsigned int count, const CUpointer_attribute* attributes,
+                                      void* const* data, CUdeviceptr ptr) {
+  // Memory the driver does not know reads as the defaults (null, zero), not as an error.
+  std::uint64_t base = 0;
+  const Allocation* a = find_locked(ptr, ptr + 1, &base);
+  const bool host = a && host_kind(a->kind);
+  const bool has_context = a && a->kind != Kind::pool && a->kind != Kind::chunk;
+  for (unsigned i = 0; i < count; ++i) {
+    void* d = data[i];
+    if (d == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    switch (attributes[i]) {
+      case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *static_cast<CUcontext*>(d) = has_context ? context_handle(instance_, a->device) : nullptr;
+        break;
+      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *static_cast<unsigned*>(d) =
+            !a ? 0u
+               : static_cast<unsigned>(a->kind == Kind::pinned || a->kind == Kind::registered
+                                           ? CU_MEMORYTYPE_HOST
+                                           : CU_MEMORYTYPE_DEVICE);
+        break;
+      case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        *static_cast<CUdeviceptr*>(d) = a ? ptr : 0;
+        break;
+      case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        *static_cast<void**>(d) =
+            host ? reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)) : nullptr;
+        break;
+      case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *static_cast<bool*>(d) = a && a->kind == Kind::managed;
+        break;
+      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *static_cast<int*>(d) = a ? a->device : 0;
+        break;
+      case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        *static_cast<bool*>(d) = a && a->kind == Kind::device;
+        break;
+      case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *static_cast<CUdeviceptr*>(d) = a ? base : 0;
+        break;
+      case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *static_cast<std::size_t*>(d) = a ? a->size : 0;
+        break;
+      case CU_POINTER_ATTRIBUTE_MAPPED:
+        *static_cast<bool*>(d) = a != nullptr;
+        break;
+      case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        // The device's default pool, as a recognisable non-null value.
+        *static_cast<CUmemoryPool*>(d) =
+            a && a->kind == Kind::pool
+                ? reinterpret_cast<CUmemoryPool>(static_cast<std::uintptr_t>(
+                      0x9001000000 + instance_ * 256 + static_cast<unsigned>(a->device)))
+                : nullptr;
+        break;
+      default:
+        return fail(CUDA_ERROR_INVALID_VALUE, "pointer attribute " +
+                                                  std::to_string(static_cast<int>(attributes[i])) +
+                                                  " is not simulated");
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuMemGetAddressRange(CUdeviceptr* base, std::size_t* size, CUdeviceptr ptr) {
+  std::lock_guard lk(mu_);
+  std::uint64_t start = 0;
+  const Allocation* a = find_locked(ptr, ptr + 1, &start);
+  if (a == nullptr)
+    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not memory the driver knows");
+  if (base) *base = start;
+  if (size) *size = a->size;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::caiSimHostAddress(void** host, CUdeviceptr ptr) {
+  if (host == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(mu_);
+  std::uint64_t base = 0;
+  const Allocation* a = find_locked(ptr, ptr + 1, &base);
+  if (a == nullptr)
+    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not memory the driver knows");
+  *host = a->host + (ptr - base);
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copies and memsets.
+
+CUresult SimDriver::copy_locked(std::unique_lock<std::mutex>& lk, CUdeviceptr dst, CUdeviceptr src,
+                                std::size_t bytes, CUstream h, const char* name,
+                                std::optional<int> dst_device, std::optional<int> src_device) {
+  std::shared_ptr<Stream> s;
+  if (CUresult r = resolve_locked(h, s)) return r;
+  if (bytes == 0) return CUDA_SUCCESS;
+  if (dst == 0 || src == 0 || dst + bytes < dst || src + bytes < src)
+    return fail(CUDA_ERROR_INVALID_VALUE, std::string(name) + ": a null or wrapping range");
+  std::int64_t dd = 0, sd = 0;
+  const bool peer = dst_device.has_value();
+  if (CUresult r = reach_locked(dst, dst + bytes, -1, !peer, CUDA_ERROR_INVALID_VALUE, "dst", dd))
+    return r;
+  if (CUresult r = reach_locked(src, src + bytes, -1, !peer, CUDA_ERROR_INVALID_VALUE, "src", sd))
+    return r;
+  if (peer) {
+    const std::pair<const char*, std::pair<std::uint64_t, int>> sides[] = {
+        {"dst", {dst, *dst_device}}, {"src", {src, *src_device}}};
+    for (const auto& [side, at] : sides) {
+      const Allocation* a = find_locked(at.first, at.first + 1);
+      if (a->kind == Kind::pinned || a->kind == Kind::registered || a->kind == Kind::managed ||
+          a->device != at.second)
+        return fail(CUDA_ERROR_INVALID_VALUE, std::string(name) + ": " + side + " at " +
+                                                  hex_text(at.first) +
+                                                  " is not device memory of the context's device " +
+                                                  std::to_string(at.second));
+    }
+  }
+  // Pageable host memory (outside every allocation) makes the copy synchronous, as the driver
+  // documents: the caller may reuse its buffer as soon as the call returns.
+  const bool pageable =
+      find_locked(dst, dst + bytes) == nullptr || find_locked(src, src + bytes) == nullptr;
+  std::vector<AccessRun> runs{{src, src + bytes, false}, {dst, dst + bytes, true}};
+  runs = normalize_runs(std::move(runs));
+  Op op;
+  op.name = name;
+  op.fn = [to = reinterpret_cast<std::byte*>(static_cast<std::intptr_t>(dst) + dd),
+           from = reinterpret_cast<const std::byte*>(static_cast<std::intptr_t>(src) + sd),
+           bytes] { std::memmove(to, from, bytes); };
+  enqueue_locked(s, std::move(op), runs);
+  if (pageable) {
+    const std::uint64_t target = s->enqueued;
+    wait_locked(lk, *s, target);
+    join(host_clock_, s->clock);
+    return sticky_locked(*s, target);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes,
+                                  CUstream stream) {
+  std::unique_lock lk(mu_);
+  return copy_locked(lk, dst, src, bytes, stream, "cuMemcpyAsync", std::nullopt, std::nullopt);
+}
+
+CUresult SimDriver::cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src,
+                                      CUcontext src_context, std::size_t bytes, CUstream stream) {
+  const int dd = context_device(instance_, dst_context, devices_);
+  const int sd = context_device(instance_, src_context, devices_);
+  if (dd < 0 || sd < 0)
+    return fail(CUDA_ERROR_INVALID_CONTEXT, "cuMemcpyPeerAsync: not a context of the simulator");
+  std::unique_lock lk(mu_);
+  return copy_locked(lk, dst, src, bytes, stream, "cuMemcpyPeerAsync", dd, sd);
+}
+
+CUresult SimDriver::cuMemsetD8Async(CUdeviceptr dst, unsigned char value, std::size_t bytes,
+                                    CUstream h) {
+  std::lock_guard lk(mu_);
+  std::shared_ptr<Stream> s;
+  if (CUresult r = resolve_locked(h, s)) return r;
+  if (bytes == 0) return CUDA_SUCCESS;
+  if (dst == 0 || dst + bytes < dst)
+    return fail(CUDA_ERROR_INVALID_VALUE, "cuMemsetD8Async: a null or wrapping range");
+  std::int64_t delta = 0;
+  if (CUresult r =
+          reach_locked(dst, dst + bytes, s->device, false, CUDA_ERROR_INVALID_VALUE, "dst", delta))
+    return r;
+  const AccessRun runs[] = {{dst, dst + bytes, true}};
+  Op op;
+  op.name = "cuMemsetD8Async";
+  op.fn = [to = reinterpret_cast<std::byte*>(static_cast<std::intptr_t>(dst) + delta), value,
+           bytes] { std::memset(to, value, bytes); };
+  enqueue_locked(s, std::move(op), runs);
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The race detector's host side.
+
+namespace {
+
+// The runs of one declared access (validated here: it comes from outside the driver).
+void append_access(std::vector<AccessRun>& runs, const CaiSimAccess& a) {
+  if (a.ndim < 0 || a.ndim > max_ndim ||
+      (a.ndim > 0 && (a.shape == nullptr || a.strides == nullptr)))
+    throw_error(Errc::value_error, "access: ndim " + std::to_string(a.ndim) +
+                                       " needs 0 <= ndim <= 64 with a shape and strides");
+  if (a.ndim == 0) {
+    if (a.itemsize == 0) return;
+    if (a.ptr == 0 || a.ptr + a.itemsize < a.ptr)
+      throw_error(Errc::value_error, "access: a null or wrapping range");
+    runs.push_back({a.ptr, a.ptr + a.itemsize, a.write != 0});
+    return;
+  }
+  const auto n = static_cast<std::size_t>(a.ndim);
+  // Layout validates the shape, strides and item size (and that the extent fits int64).
+  const Layout layout(Dims(std::span(a.shape, n)), Dims(std::span(a.strides, n)),
+                      static_cast<std::int64_t>(a.itemsize));
+  if (layout.nbytes() == 0) return;
+  if (a.ptr == 0 || !layout.byte_range(a.ptr))
+    throw_error(Errc::value_error, "access: a null pointer, or a range that wraps around");
+  append_runs(runs, a.ptr, layout.shape(), layout.strides(), layout.itemsize(), a.write != 0);
+}
+
+}  // namespace
+
+std::vector<AccessRun> declared_runs(const CaiSimAccess* accesses, std::size_t count) {
+  std::vector<AccessRun> runs;
+  for (std::size_t i = 0; i < count; ++i) append_access(runs, accesses[i]);
+  return normalize_runs(std::move(runs));
+}
+
+CUresult SimDriver::caiSimHostAccess(const CaiSimAccess* access, const char* what) {
+  if (access == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const std::string name = what ? what : "host_access";
+  const std::vector<AccessRun> runs = declared_runs(access, 1);
+  if (runs.empty()) return CUDA_SUCCESS;
+  std::lock_guard lk(mu_);
+  for (const AccessRun& r : runs) {
+    auto it = memory_.upper_bound(r.lo);
+    if (it == memory_.begin()) continue;
+    --it;
+    const Kind k = it->second.kind;
+    if ((k == Kind::device || k == Kind::pool || k == Kind::chunk || k == Kind::opened) &&
+        r.lo < it->first + it->second.size) {
+      return fail(CUDA_ERROR_ILLEGAL_ADDRESS,
+                  name + "(): " + range_of(r.lo, r.hi) +
+                      " is device memory, which the host cannot access; copy it to host memory "
+                      "first");
+    }
+  }
+  VectorClock clock = host_clock_;
+  if (clock.size() <= host_.actor) clock.resize(host_.actor + 1, 0);
+  ++clock[host_.actor];
+  if (race_detection_) races_.check_and_record(runs, host_, clock, name);
+  host_clock_ = std::move(clock);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::caiSimSetRaceDetection(int on) {
+  std::lock_guard lk(mu_);
+  if ((on != 0) == race_detection_) return CUDA_SUCCESS;  // on again must not lose the history
+  race_detection_ = on != 0;
+  if (!race_detection_) races_.clear();  // nothing is recorded while off: free the history
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::caiSimGetRaceDetection(int* on) {
+  if (on == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(mu_);
+  *on = race_detection_ ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::caiSimForget(CUdeviceptr ptr, std::size_t bytes) {
+  if (bytes == 0) return CUDA_SUCCESS;
+  if (ptr == 0 || ptr + bytes < ptr)
+    return fail(CUDA_ERROR_INVALID_VALUE, "forget(): a null or wrapping range");
+  std::lock_guard lk(mu_);
+  races_.forget(ptr, ptr + bytes);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cai::device::detail

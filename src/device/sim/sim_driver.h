@@ -1,0 +1,293 @@
+#pragma once
+
+// Internal: the simulated CUDA driver. A CPU implementation of the driver entry points cai
+// calls (device/driver/api.h), with the driver's documented semantics and return codes:
+// devices and primary contexts, device/pinned/managed memory, pointer attributes, streams
+// (the legacy and per-thread default streams with their real semantics), events and
+// interprocess events, asynchronous copies and memsets, stream-ordered memory, IPC memory
+// handles between real processes, modules and kernel launches (cai's kernels, looked up by
+// entry name and run by the CPU grid runner on the bodies the GPU runs). A race detector checks
+// every access at enqueue time. docs/simulator.md lists the entry points and where the
+// simulator differs from a real driver.
+//
+// Streams are FIFO queues whose ready operations a pool of host threads runs, one at a time
+// per stream. Each entry point is a member with the driver's signature; the tables handed to
+// load_driver() call them through per-instance trampolines (driver.cpp), which also count the
+// calls, inject errors and turn exceptions into return codes.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "cai/core/strided.h"
+#include "device/driver/api.h"
+#include "device/shared_memory.h"
+#include "device/sim/device_heap.h"
+#include "device/sim/race_detector.h"
+
+namespace cai::device::detail {
+
+using namespace cu;
+
+class SimDriver {
+ public:
+  /// `devices` simulated devices (1 to 64).
+  explicit SimDriver(int devices);
+  /// Waits for all enqueued work, then joins the pool.
+  ~SimDriver();
+  SimDriver(const SimDriver&) = delete;
+  SimDriver& operator=(const SimDriver&) = delete;
+
+  /// The exported symbols of this instance, for load_driver().
+  void* symbol(const char* name) const;
+
+#define CAI_DETAIL_MEMBER(name, version, params) CUresult name params;
+#define CAI_DETAIL_SIM_MEMBER(name, params) CUresult name params;
+  CAI_DRIVER_ENTRIES(CAI_DETAIL_MEMBER)
+  CAI_SIM_ENTRIES(CAI_DETAIL_SIM_MEMBER)
+#undef CAI_DETAIL_MEMBER
+#undef CAI_DETAIL_SIM_MEMBER
+  CUresult cuGetProcAddress_v2(const char* symbol, void** fn, int version, cuuint64_t flags,
+                               CUdriverProcAddressQueryResult* found);
+
+  /// Called when a host thread exits: its per-thread default streams are released.
+  void on_thread_exit(std::uint64_t thread_id);
+
+  /// Counts a call of entry `index` (driver entries, then the simulator's) and returns the
+  /// error injected for it, if any (the trampolines call it first).
+  CUresult enter(std::size_t index) noexcept;
+
+  /// The slot of this instance in the trampoline tables.
+  int slot() const noexcept {
+    return slot_;
+  }
+
+ private:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  struct Stream;
+  struct Dep {
+    std::shared_ptr<Stream> stream;
+    std::uint64_t seq = 0;  ///< ready when stream->completed >= seq
+  };
+  struct Stamp {
+    std::optional<TimePoint> time;  ///< host clock when the stream reached the record
+  };
+  struct Op {
+    std::string name;
+    std::uint64_t seq = 0;
+    std::vector<Dep> deps;
+    double delay = 0;
+    std::function<void()> fn;
+    std::shared_ptr<Stamp> stamp;
+  };
+  static constexpr RaceDetector::Actor kNoSlot = ~RaceDetector::Actor{0};
+  struct Stream {
+    std::uint64_t handle = 0;  ///< as the caller sees it (1 and 2 for the default streams)
+    std::shared_ptr<const std::string> label;
+    int device = 0;
+    bool non_blocking = false;
+    bool legacy = false;
+    RaceDetector::Actor slot = kNoSlot;  ///< its vector-clock slot, taken at its first access
+    VectorClock clock;
+    std::deque<Op> queue;
+    std::uint64_t enqueued = 0, completed = 0;
+    std::optional<std::string> error;  ///< first failure not yet reported
+    std::uint64_t error_seq = 0;
+    bool destroyed = false;
+    bool running = false;               ///< a pool thread runs its front operation
+    bool pending = false;               ///< in ready_ or sleeping_
+    std::optional<TimePoint> start_at;  ///< when the front operation's delay ends
+    /// Streams whose front operation waits for this stream to complete operation `seq`.
+    std::multimap<std::uint64_t, std::weak_ptr<Stream>> waiters;
+  };
+  struct EventRecord {
+    std::shared_ptr<Stream> stream;
+    std::uint64_t seq = 0;
+    VectorClock clock;
+    std::shared_ptr<Stamp> stamp;
+  };
+  /// The part of an interprocess event that lives in shared memory: records are numbered; a
+  /// stream that reaches record n stores n in `completed` and wakes the waiters.
+  struct alignas(64) SharedEventSlot {
+    std::atomic<std::uint64_t> recorded;
+    std::atomic<std::uint64_t> completed;
+    std::atomic<std::uint32_t> wake;   ///< futex word, bumped at each completion
+    std::atomic<std::uint64_t> token;  ///< nonzero while exported; the handle must match it
+  };
+  struct SharedEvent {
+    std::shared_ptr<SharedMapping> table;  ///< keeps the slot mapped
+    SharedEventSlot* slot = nullptr;
+    std::uint32_t index = 0;
+    ProcessId owner;      ///< the process that created the event
+    bool opened = false;  ///< opened from another process (cuIpcOpenEventHandle)
+  };
+  struct Event {
+    unsigned flags = 0;
+    int device = 0;
+    std::shared_ptr<EventRecord> record;  ///< null until recorded (locally)
+    std::shared_ptr<SharedEvent> shared;  ///< interprocess events only
+  };
+  enum class Kind {
+    device,      ///< cuMemAlloc: device heap, IPC capable
+    pool,        ///< cuMemAllocAsync: device heap, no context, not IPC capable
+    chunk,       ///< caiSimMemAllocChunked: device heap, one chunk of a mapping
+    opened,      ///< cuIpcOpenMemHandle: another process's memory
+    pinned,      ///< cuMemAllocHost
+    registered,  ///< cuMemHostRegister
+    managed,     ///< cuMemAllocManaged
+  };
+  struct Allocation {
+    std::uint64_t size = 0;
+    Kind kind = Kind::device;
+    int device = 0;
+    std::byte* host = nullptr;               ///< where the CPU reaches it
+    std::uint64_t chunk_group = 0;           ///< the first chunk's address (chunks)
+    std::shared_ptr<SharedMapping> mapping;  ///< opened memory: the other process's segment
+    std::uint64_t opened_refs = 0;           ///< opened memory: cuIpcOpenMemHandle count
+    std::uint32_t export_slot = ~0u;         ///< the export-table slot when shared
+  };
+  struct DeviceState {
+    std::shared_ptr<Stream> legacy;
+    VectorClock retired_blocking;  ///< clocks of destroyed blocking streams
+    VectorClock retired_all;       ///< clocks of all destroyed streams
+    std::unique_ptr<DeviceHeap> heap;
+  };
+  struct Module {
+    std::set<std::string, std::less<>> entries;  ///< entry names the image declares
+  };
+  struct Function {
+    std::uint64_t module = 0;
+    int kernel = 0;  ///< kernels::kernel_index
+  };
+  /// A range one enqueued operation reads or writes, in device addresses, with where the CPU
+  /// reaches its element 0.
+  struct Touch {
+    std::vector<AccessRun> runs;
+    std::int64_t host_delta = 0;
+  };
+
+  static bool host_kind(Kind k) {
+    return k == Kind::pinned || k == Kind::registered || k == Kind::managed;
+  }
+
+  // All *_locked functions run with mu_ held.
+  CUresult attributes_locked(unsigned int count, const CUpointer_attribute* attributes,
+                             void* const* data, CUdeviceptr ptr);
+  /// The calling thread's current context (its device), or -1.
+  int current_locked();
+  CUresult need_context_locked(int& device);
+  CUresult resolve_locked(CUstream s, std::shared_ptr<Stream>& out);
+  std::shared_ptr<Stream> new_stream_locked(std::uint64_t handle, std::string label, int device,
+                                            bool non_blocking);
+  Event* event_locked(CUevent e);
+  /// The allocation holding [lo, hi) (null when none: then `partial` says whether one holds
+  /// some of it).
+  const Allocation* find_locked(std::uint64_t lo, std::uint64_t hi, std::uint64_t* base = nullptr,
+                                bool* partial = nullptr) const;
+  /// The CPU address of [lo, hi) for an operation of `device`'s streams: device memory of that
+  /// device, host memory (pinned, registered, managed, or `pageable_ok` host memory outside
+  /// every allocation). Fails with CUDA_ERROR_ILLEGAL_ADDRESS (kernels) or INVALID_VALUE.
+  CUresult reach_locked(std::uint64_t lo, std::uint64_t hi, int device, bool pageable_ok,
+                        CUresult error, const char* what, std::int64_t& delta);
+  /// Enqueues op on s with the legacy-stream ordering; checks and records `runs` first and
+  /// changes nothing when they race (throws Error(race)).
+  void enqueue_locked(const std::shared_ptr<Stream>& s, Op op, std::span<const AccessRun> runs,
+                      const VectorClock* extra_clock = nullptr, const Dep* extra_dep = nullptr);
+  void retire_locked(Stream& s);
+  RaceDetector::Actor free_slot_locked(const VectorClock& clock) const;
+  CUresult sticky_locked(Stream& s, std::uint64_t upto);
+  void release_locked(const std::shared_ptr<Stream>& s);
+  void wait_locked(std::unique_lock<std::mutex>& lk, const Stream& s, std::uint64_t seq);
+  /// Waits for all work queued so far on every stream.
+  void drain_locked(std::unique_lock<std::mutex>& lk);
+  void schedule_locked(const std::shared_ptr<Stream>& s);
+  void wake_pool_locked(bool all);
+  void run_pool();
+  void complete_locked(const std::shared_ptr<Stream>& s, const Op& op,
+                       const std::optional<std::string>& failure, TimePoint now);
+  DeviceHeap& heap_locked(int device);
+  std::uint64_t add_allocation_locked(std::uint64_t base, Allocation a);
+  void give_back_locked(std::uint64_t base, const Allocation& a);
+  void unexport_locked(const Allocation& a);
+  void wait_shared_locked(const std::shared_ptr<Stream>& s, const std::shared_ptr<SharedEvent>& ev);
+  /// A host-to-host or host-side copy waits for the stream, as the driver documents for
+  /// pageable memory: the work is done when the call returns.
+  CUresult copy_locked(std::unique_lock<std::mutex>& lk, CUdeviceptr dst, CUdeviceptr src,
+                       std::size_t bytes, CUstream stream, const char* name,
+                       std::optional<int> dst_device, std::optional<int> src_device);
+  SharedMapping& export_table_locked();
+
+  const int devices_;
+  const std::uint64_t instance_;
+  int slot_ = -1;
+  std::mutex mu_;
+  std::condition_variable cv_;  // host waiters: a completion, a stream drained
+  std::vector<std::thread> pool_;
+  std::condition_variable pool_cv_;
+  std::deque<std::shared_ptr<Stream>> ready_;
+  std::multimap<TimePoint, std::shared_ptr<Stream>> sleeping_;
+  int idle_ = 0, busy_ = 0, claimed_ = 0;
+  bool pool_stopping_ = false;
+  RaceDetector races_;
+  bool race_detection_ = true;
+  std::map<std::uint64_t, Allocation> memory_;                // by start address
+  std::map<std::uint64_t, std::shared_ptr<Stream>> streams_;  // created streams, by handle
+  std::vector<std::shared_ptr<Stream>> all_streams_;          // every live or draining stream
+  std::map<std::pair<std::uint64_t, int>, std::shared_ptr<Stream>> per_thread_;
+  std::map<std::uint64_t, Event> events_;
+  std::map<std::uint64_t, Module> modules_;
+  std::map<std::uint64_t, Function> functions_;
+  RaceDetector::Who host_;
+  VectorClock host_clock_;
+  struct RetiredSlot {
+    RaceDetector::Actor slot = 0;
+    std::uint64_t epoch = 0;
+  };
+  std::vector<RetiredSlot> retired_slots_;
+  RaceDetector::Actor slot_count_ = 1;                  // slot 0 is the host
+  std::map<std::uint64_t, std::vector<int>> contexts_;  // by host thread: the context stack
+  std::vector<DeviceState> device_state_;
+  std::uint64_t next_handle_ = 0;
+  std::shared_ptr<SharedMapping> event_table_;
+  std::vector<std::uint32_t> free_event_slots_;
+  std::uint32_t next_event_slot_ = 0;
+  std::shared_ptr<SharedMapping> export_table_;
+  /// Memory opened from other processes: (pid, start time, slot, token) -> its address here.
+  std::map<std::tuple<std::int32_t, std::uint64_t, std::uint32_t, std::uint64_t>, std::uint64_t>
+      opened_;
+  std::vector<std::uint32_t> free_export_slots_;
+  std::uint32_t next_export_slot_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> initialized_{false};
+  // Calls and injected errors, by entry index (driver entries, then the simulator's).
+  std::unique_ptr<std::atomic<std::uint64_t>[]> calls_;
+  struct Injection {
+    CUresult result = CUDA_SUCCESS;
+    unsigned skip = 0, times = 0;
+  };
+  std::mutex inject_mu_;
+  std::map<std::size_t, Injection> injections_;
+  std::atomic<bool> any_injection_{false};
+};
+
+/// A simulated driver with `devices` devices, loaded through load_driver() as libcuda.so.1 is.
+std::shared_ptr<const cu::Driver> make_sim_driver(int devices);
+
+/// Reads CAI_SIM_DEVICES (unset: 1). Throws Error(value_error) naming a bad value.
+int sim_devices_from_env();
+
+/// The message of the last failed call on this thread (driver.cpp sets it).
+void set_error_detail(std::string detail);
+
+}  // namespace cai::device::detail
