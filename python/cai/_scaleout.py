@@ -50,17 +50,22 @@ def _host_array(data: Any, shape: Sequence[int],
 
 def _rebuild(data: Any, shape: Sequence[int],
              dtype: "numpy.dtype[Any]", fortran: bool,
-             mask: "_HostState | None" = None) -> DeviceNDArray:
+             mask: tuple[Any, ...] | None = None) -> DeviceNDArray:
     """Unpickles a DeviceNDArray: a new array on the current device."""
     arr = _cai.to_device(_host_array(data, shape, dtype, fortran))
     return _with_mask(arr, None if mask is None else _rebuild(*mask))
 
 
+def _state(arr: DeviceNDArray, protocol: int) -> tuple[Any, ...]:
+    """_host_state, followed by the mask's own state (and so on) when `arr` has a mask."""
+    state = _host_state(arr, protocol)
+    mask = arr.mask
+    return state if mask is None else state + (_state(mask, protocol),)
+
+
 def _reduce_ex(self: DeviceNDArray,
                protocol: int) -> tuple[Callable[..., DeviceNDArray], tuple[Any, ...]]:
-    state = _host_state(self, protocol)
-    mask = self.mask
-    return (_rebuild, state if mask is None else state + (_host_state(mask, protocol),))
+    return (_rebuild, _state(self, protocol))
 
 
 def _deepcopy(self: DeviceNDArray, memo: object = None) -> DeviceNDArray:

@@ -146,6 +146,12 @@ def test_masks_readonly_and_foreign_arrays():
     got = pickle.loads(pickle.dumps(masked))
     same(got, np.arange(4.0))
     same(got.mask, np.array([True, False, True, True]))
+    mask_of_mask = cai.as_cuda_array(Producer(cai.to_device(np.array([1, 1, 0, 1], np.uint8)),
+                                              mask=mask))
+    nested = cai.as_cuda_array(Producer(data, mask=mask_of_mask))
+    got = pickle.loads(pickle.dumps(nested, protocol=5))   # a mask's own mask travels too
+    same(got.mask, np.array([1, 1, 0, 1], np.uint8))
+    same(got.mask.mask, np.array([True, False, True, True]))
     copied = copy.deepcopy(masked)                  # the mask copied on the device too
     assert copied.mask is not None and copied.mask.ptr != mask.ptr
     same(copied.mask, np.array([True, False, True, True]))
