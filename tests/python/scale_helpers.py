@@ -258,3 +258,13 @@ def add_one(arr, q_out):
     cai.ops.add(arr, cai.to_device(np.ones(arr.shape, arr.dtype)), arr)
     arr.synchronize()
     q_out.put("done")
+
+
+def queue_values(q_in, q_out):
+    """multiprocessing queue worker: answers the host copy of every array it gets (a
+    numpy.ma.MaskedArray for a masked one); None ends it."""
+    while True:
+        arr = q_in.get()
+        if arr is None:
+            return
+        q_out.put(arr.copy_to_host())

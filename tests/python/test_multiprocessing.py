@@ -48,6 +48,26 @@ def test_queue_sends_arrays_without_copying(ctx):
     assert p.exitcode == 0
 
 
+def test_a_mask_travels_on_a_queue(ctx):
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=scale_helpers.queue_values, args=(q_in, q_out), daemon=True)
+    p.start()
+    try:
+        data = cai.to_device(np.arange(6.0))
+        valid = np.array([1, 0, 1, 1, 0, 1], np.int8)
+        masked = cai.from_cuda_array_interface(
+            data.__cuda_array_interface__ | {"mask": cai.to_device(valid)}, owner=data)
+        q_in.put(masked[::2])
+        got = q_out.get(timeout=TIMEOUT)
+        assert isinstance(got, np.ma.MaskedArray)
+        np.testing.assert_array_equal(got.data, [0.0, 2.0, 4.0])
+        np.testing.assert_array_equal(got.mask, valid[::2] == 0)
+    finally:
+        q_in.put(None)
+        p.join(TIMEOUT)
+    assert p.exitcode == 0
+
+
 def test_process_arguments_and_arrays_coming_back(ctx):
     # An array as an argument of a spawned process.
     a = cai.to_device(np.zeros((2, 3), np.float64))
