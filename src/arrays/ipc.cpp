@@ -509,6 +509,19 @@ std::size_t ipc_exports_in_use() {
   }));
 }
 
+void ipc_release_at_exit() noexcept {
+  if (!device::exiting()) return;  // the memory would be freed under the importers
+  State& st = state();
+  std::vector<std::shared_ptr<const void>> kept;
+  {
+    std::lock_guard lock(st.mu);
+    for (auto& [base, record] : st.exports) kept.push_back(std::move(record->keep));
+  }
+  // Released here, outside the lock. The registry itself is never destroyed (exports may be
+  // released by late destructors), so without this a Python owner would outlive the
+  // interpreter.
+}
+
 // A mask travels as a handle of its own beside the array's: exported, ticketed, opened and
 // given back with it, never dropped.
 

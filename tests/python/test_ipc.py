@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import cai
+from helpers import run_isolated
 from scale_helpers import Child, exporter, importer, importer_child, values_of
 
 
@@ -290,3 +291,27 @@ def test_a_forged_mask_is_refused():
     rebuild(*fields)                                      # the references `nested` copied
     assert cai._cai._ipc_exports_in_use() == 0
 
+
+# ----- exit ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pickled", [False, True])
+def test_a_shared_view_of_a_python_owner_leaks_nothing_at_exit(pickled):
+    # The export keeps the view's Python owner (here a DeviceNDArray) alive for the importers;
+    # at exit it must let go of it while the interpreter still runs (nanobind reports any
+    # instance alive after that as leaked).
+    r = run_isolated(f"""
+        import pickle
+        import numpy as np
+        import cai
+        owner = cai.to_device(np.arange(4.0))
+        view = cai.from_cuda_array_interface(owner.__cuda_array_interface__, owner=owner)
+        handle = view.get_ipc_handle()
+        payload = pickle.dumps(handle) if {pickled} else None   # a reference still out
+        masked = cai.from_cuda_array_interface(
+            owner.__cuda_array_interface__ | {{"mask": cai.to_device(np.ones(4, bool))}},
+            owner=owner)
+        masked_handle = masked.get_ipc_handle()
+        print("ok")
+    """)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    assert "leaked" not in r.stderr, r.stderr

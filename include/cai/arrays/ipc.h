@@ -85,4 +85,9 @@ std::size_t ipc_collect();
 /// Exports of this process that other processes still hold references to.
 std::size_t ipc_exports_in_use();
 
+/// At exit, once device::set_exiting() was called (device memory is leaked from then on, so
+/// importers keep it): releases what the exports keep alive, a Python owner among them, while
+/// the interpreter still runs. Does nothing before set_exiting().
+void ipc_release_at_exit() noexcept;
+
 }  // namespace cai
