@@ -6,6 +6,7 @@
 #include <string>
 
 #include "array.h"
+#include "cai/arrays/devices.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/dlpack.h"
 #include "cai/core/error.h"
@@ -497,6 +498,7 @@ void bind_array(nb::module_& m) {
           nb::object dt = numpy_module().attr("dtype")(dtype);
           DType t = dtype_from_numpy(dt, "device_array()");
           auto s = stream_arg(stream, "device_array()", library_default_stream());
+          require_stream_of_current_device("device_array()", s);
           return wrap(allocate_like(std::move(t), dims, strides, order == "F", s), dt);
         }),
         nb::arg("shape").none(), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
@@ -504,6 +506,7 @@ void bind_array(nb::module_& m) {
         "A new uninitialized device array; `stream` becomes its default stream.");
   m.def("device_array_like", exit_safe([](nb::handle ary, nb::handle stream) {
           auto s = stream_arg(stream, "device_array_like()", library_default_stream());
+          require_stream_of_current_device("device_array_like()", s);
           PyArray* a = as_py_array(ary, "device_array_like()");
           if (!a && is_device_value(ary)) {
             // A foreign GPU array: its interface says shape, dtype and order.
@@ -526,6 +529,7 @@ void bind_array(nb::module_& m) {
         nb::arg("ary"), nb::arg("stream").none() = 0);
   m.def("to_device", exit_safe([](nb::handle obj, nb::handle stream) {
           auto s = stream_arg(stream, "to_device()", library_default_stream());
+          require_stream_of_current_device("to_device()", s);
           if (is_device_value(obj)) {
             // Already on the device: a device-to-device copy, stream-ordered like any op.
             const View src = import_view(obj, true, "to_device()");
