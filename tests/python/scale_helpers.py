@@ -268,3 +268,14 @@ def queue_values(q_in, q_out):
         if arr is None:
             return
         q_out.put(arr.copy_to_host())
+
+
+def mark():
+    """This module's MARK: a forked child inherits what the parent set at run time, a spawned
+    (or forkserver) child imports the module afresh and has none."""
+    return globals().get("MARK")
+
+
+def report_mark(q):
+    """A process target: answers mark() on q."""
+    q.put(mark())
