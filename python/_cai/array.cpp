@@ -6,6 +6,7 @@
 #include <string>
 
 #include "array.h"
+#include "cai/arrays/devices.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/dlpack.h"
 #include "cai/core/error.h"
@@ -277,10 +278,9 @@ static nb::object array_dtype(PyArray& a) {
   return a.np_dtype;
 }
 
-static nb::object copy_to_host_impl(PyArray& self, nb::handle ary, nb::handle stream) {
-  const View& v = self.view;
-  auto s = stream_arg(stream, "copy_to_host()", array_stream(v));
-  nb::object dt = array_dtype(self);
+// The values of v (not its mask) in a NumPy array: a new one, or `ary`; waits for the copy.
+static nb::object data_to_host(const View& v, nb::handle dt, nb::handle ary,
+                               const sync::StreamRef& s) {
   nb::object target;
   if (ary.is_none()) {
     // NumPy stores no item size 0 ('S0' becomes 'S1'): zeros, since no byte is copied then.
@@ -311,6 +311,41 @@ static nb::object copy_to_host_impl(PyArray& self, nb::handle ary, nb::handle st
   return target;
 }
 
+// A masked array reaches the host with its mask, as a numpy.ma.MaskedArray (docs/python.md).
+// NumPy's mask marks the elements that are NOT valid; the CAI's, those that are.
+static nb::object masked_to_host(const View& v, nb::handle dt, nb::handle ary,
+                                 const sync::StreamRef& s) {
+  nb::object ma = numpy_module().attr("ma");
+  if (!ary.is_none()) {
+    if (!nb::isinstance(ary, ma.attr("MaskedArray")))
+      throw_error(Errc::type_error,
+                  "copy_to_host(): the array is masked, so ary must be a numpy.ma.MaskedArray "
+                  "(a plain ndarray cannot carry the mask), got " +
+                      type_name_of(ary));
+    if (nb::cast<bool>(ary.attr("hardmask")))
+      throw_error(Errc::value_error,
+                  "copy_to_host(): ary has a hard mask, which can only grow and so cannot take "
+                  "the array's mask; call ary.soften_mask() first");
+  }
+  const View& mask = *v.mask();
+  nb::object valid = data_to_host(mask, numpy_dtype(mask.dtype()), nb::none(), s);
+  nb::object invalid = numpy_module().attr("logical_not")(valid);
+  if (ary.is_none()) {
+    nb::object data = data_to_host(v, dt, nb::none(), s);
+    return ma.attr("MaskedArray")(data, nb::arg("mask") = invalid);
+  }
+  data_to_host(v, dt, ary.attr("data"), s);  // ary's data, seen as a plain ndarray
+  nb::setattr(ary, "mask", invalid);
+  return nb::borrow(ary);
+}
+
+static nb::object copy_to_host_impl(PyArray& self, nb::handle ary, nb::handle stream) {
+  const View& v = self.view;
+  const auto s = stream_arg(stream, "copy_to_host()", array_stream(v));
+  if (v.mask()) return masked_to_host(v, array_dtype(self), ary, s);
+  return data_to_host(v, array_dtype(self), ary, s);
+}
+
 // NumPy's __array__ protocol: a host copy, as Numba's DeviceNDArray gives (docs/python.md).
 static nb::object array_protocol(PyArray& self, nb::handle dtype, nb::handle copy) {
   if (copy.ptr() == Py_False)
@@ -318,8 +353,8 @@ static nb::object array_protocol(PyArray& self, nb::handle dtype, nb::handle cop
                 "__array__(): copy=False, but a device array reaches the host only as a copy");
   if (self.view.mask())
     throw_error(Errc::not_implemented,
-                "__array__(): the array is masked and a NumPy array cannot carry the mask; use "
-                "copy_to_host() and .mask.copy_to_host()");
+                "__array__(): the array is masked and a NumPy array cannot carry the mask; "
+                "copy_to_host() gives a numpy.ma.MaskedArray");
   nb::object host = copy_to_host_impl(self, nb::none(), nb::int_(0));
   if (dtype.is_none()) return host;
   return host.attr("astype")(dtype, nb::arg("copy") = false);
@@ -327,6 +362,10 @@ static nb::object array_protocol(PyArray& self, nb::handle dtype, nb::handle cop
 
 // bool(a), as NumPy and CuPy: the element's truth for one element, an error otherwise.
 static bool truth(PyArray& self) {
+  if (self.view.mask())
+    throw_error(Errc::not_implemented,
+                "bool(): the array is masked and a truth value cannot carry the mask; "
+                "copy_to_host() gives a numpy.ma.MaskedArray");
   if (self.view.size() != 1)
     throw_error(Errc::value_error,
                 self.view.size() == 0
@@ -414,7 +453,8 @@ void bind_array(nb::module_& m) {
       .def("is_f_contiguous", [](const PyArray& a) { return a.view.layout().is_f_contiguous(); })
       .def("copy_to_host", exit_safe(&copy_to_host_impl), nb::arg("ary").none() = nb::none(),
            nb::arg("stream").none() = 0,
-           "Copies to a NumPy array (a new one, or `ary`) and waits for the copy.")
+           "Copies to a NumPy array (a new one, or `ary`) and waits for the copy. A masked "
+           "array gives a numpy.ma.MaskedArray (masked where the array's mask is false).")
       .def("copy_to_device", exit_safe([](PyArray& self, nb::handle obj, nb::handle stream) {
              const auto s = stream_arg(stream, "copy_to_device()", array_stream(self.view));
              self.view.require_writable("copy_to_device()", "the array");
@@ -458,6 +498,7 @@ void bind_array(nb::module_& m) {
           nb::object dt = numpy_module().attr("dtype")(dtype);
           DType t = dtype_from_numpy(dt, "device_array()");
           auto s = stream_arg(stream, "device_array()", library_default_stream());
+          require_stream_of_current_device("device_array()", s);
           return wrap(allocate_like(std::move(t), dims, strides, order == "F", s), dt);
         }),
         nb::arg("shape").none(), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
@@ -465,6 +506,7 @@ void bind_array(nb::module_& m) {
         "A new uninitialized device array; `stream` becomes its default stream.");
   m.def("device_array_like", exit_safe([](nb::handle ary, nb::handle stream) {
           auto s = stream_arg(stream, "device_array_like()", library_default_stream());
+          require_stream_of_current_device("device_array_like()", s);
           PyArray* a = as_py_array(ary, "device_array_like()");
           if (!a && is_device_value(ary)) {
             // A foreign GPU array: its interface says shape, dtype and order.
@@ -487,6 +529,7 @@ void bind_array(nb::module_& m) {
         nb::arg("ary"), nb::arg("stream").none() = 0);
   m.def("to_device", exit_safe([](nb::handle obj, nb::handle stream) {
           auto s = stream_arg(stream, "to_device()", library_default_stream());
+          require_stream_of_current_device("to_device()", s);
           if (is_device_value(obj)) {
             // Already on the device: a device-to-device copy, stream-ordered like any op.
             const View src = import_view(obj, true, "to_device()");

@@ -4,6 +4,7 @@
 #include <nanobind/stl/string.h>
 
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -17,7 +18,11 @@ namespace cai::python {
 
 namespace {
 
-constexpr int kPickleVersion = 1;
+// 2: a 22nd field, the mask's fields (or None).
+constexpr int kPickleVersion = 2;
+constexpr int kPickleFields = 22;
+// How deeply a received handle may nest masks (a mask's mask, ...), as cai's CAI import.
+constexpr int kMaxMaskDepth = 8;
 
 struct PyIpcHandle;
 // Received handles not opened yet (each holds a reference): given back at exit.
@@ -33,7 +38,7 @@ struct PyIpcHandle {
   /// Received from another pickle: holds a reference (a ticket) until opened or dropped.
   bool received = false;
   enum class State { fresh, open, closed } state = State::fresh;
-  std::shared_ptr<const void> opened;  ///< the opened array's memory, until close()
+  std::optional<View> opened;  ///< the opened array (its memory, its mask's), until close()
 
   PyIpcHandle(IpcArrayHandle h, nb::object dtype, bool from_pickle)
       : handle(std::move(h)), np_dtype(std::move(dtype)), received(from_pickle) {
@@ -82,7 +87,7 @@ nb::object open_handle(PyIpcHandle& self, nb::handle stream) {
   }
   const auto s = stream_arg(stream, "IpcHandle.open()", library_default_stream());
   View v = ipc_open(self.handle, s);
-  self.opened = v.owner();
+  self.opened = v;
   self.state = State::open;
   unopened().erase(&self);
   return wrap(std::move(v), self.np_dtype);
@@ -95,29 +100,41 @@ void close_handle(PyIpcHandle& self) {
   self.state = PyIpcHandle::State::closed;
 }
 
-nb::tuple pickle_fields(const PyIpcHandle& self) {
-  // Each pickled copy is a reference of its own.
-  const IpcArrayHandle h = ipc_issue_ticket(self.handle);
+// The pickled fields of h (with its mask's, nested), whose tickets were issued.
+nb::tuple fields_of(const IpcArrayHandle& h, nb::handle np_dtype) {
+  nb::object mask =
+      h.mask ? nb::object(fields_of(*h.mask, numpy_dtype(h.mask->dtype))) : nb::none();
   return nb::make_tuple(kPickleVersion, nb::str(h.boot_id.c_str()), nb::str(h.backend.c_str()),
                         to_bytes(h.device_uuid.data(), h.device_uuid.size()), h.device,
                         h.has_memory, to_bytes(h.memory.bytes.data(), h.memory.bytes.size()),
-                        h.alloc_size, h.offset, self.np_dtype, to_tuple(h.shape),
-                        to_tuple(h.strides), h.readonly, h.has_event,
+                        h.alloc_size, h.offset, np_dtype, to_tuple(h.shape), to_tuple(h.strides),
+                        h.readonly, h.has_event,
                         to_bytes(h.event.bytes.data(), h.event.bytes.size()), h.owner_pid,
-                        h.owner_start, h.control_fd, h.slot, h.generation, h.ticket);
+                        h.owner_start, h.control_fd, h.slot, h.generation, h.ticket, mask);
 }
 
-nb::object handle_from_fields(nb::args f) {
+nb::tuple pickle_fields(const PyIpcHandle& self) {
+  // Each pickled copy is a reference of its own (its mask's too).
+  return fields_of(ipc_issue_ticket(self.handle), self.np_dtype);
+}
+
+// Reads pickled fields (from another process: untrusted) into h and its numpy dtype.
+nb::object read_fields(nb::handle fields, IpcArrayHandle& h, int depth) {
+  if (!PyTuple_Check(fields.ptr()))
+    throw_error(Errc::type_error,
+                "IpcHandle: mask: expected None or the mask's pickled fields "
+                "(a tuple), got " +
+                    type_name_of(fields));
+  const nb::tuple f = nb::borrow<nb::tuple>(fields);
   if (f.size() < 1 || !PyLong_Check(f[0].ptr()) || nb::cast<int>(f[0]) != kPickleVersion) {
     throw_error(Errc::value_error, "IpcHandle: pickled by another version of cai (format " +
                                        std::string(f.size() ? nb::repr(f[0]).c_str() : "?") +
                                        ", this cai reads " + std::to_string(kPickleVersion) + ")");
   }
-  if (f.size() != 21) {
-    throw_error(Errc::type_error,
-                "IpcHandle: expected 21 pickled fields, got " + std::to_string(f.size()));
+  if (f.size() != kPickleFields) {
+    throw_error(Errc::type_error, "IpcHandle: expected " + std::to_string(kPickleFields) +
+                                      " pickled fields, got " + std::to_string(f.size()));
   }
-  IpcArrayHandle h;
   h.boot_id = nb::cast<std::string>(f[1]);
   h.backend = nb::cast<std::string>(f[2]);
   from_bytes(f[3], h.device_uuid, "device uuid");
@@ -139,6 +156,20 @@ nb::object handle_from_fields(nb::args f) {
   h.slot = nb::cast<std::uint32_t>(f[18]);
   h.generation = nb::cast<std::uint64_t>(f[19]);
   h.ticket = nb::cast<std::uint64_t>(f[20]);
+  if (!f[21].is_none()) {
+    if (depth >= kMaxMaskDepth)
+      throw_error(Errc::value_error, "IpcHandle: mask: masks nested more than " +
+                                         std::to_string(kMaxMaskDepth) + " levels deep");
+    IpcArrayHandle mask;
+    read_fields(f[21], mask, depth + 1);
+    h.mask = std::make_shared<const IpcArrayHandle>(std::move(mask));
+  }
+  return dtype;
+}
+
+nb::object handle_from_fields(nb::args f) {
+  IpcArrayHandle h;
+  nb::object dtype = read_fields(f, h, 0);
   return nb::cast(PyIpcHandle(std::move(h), std::move(dtype), true), nb::rv_policy::move);
 }
 

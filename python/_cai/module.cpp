@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cai/arrays/ipc.h"
 #include "cai/version.h"
 #include "common.h"
 #include "info.h"
@@ -72,8 +73,13 @@ NB_MODULE(_cai, m) {
   bind_devices(m);
   bind_ipc(m);
   m.def(
-      "_set_exiting", [] { cai::device::set_exiting(); },
-      "Called at exit (atexit): leak device memory instead of waiting for streams to free it.");
+      "_set_exiting",
+      [] {
+        cai::device::set_exiting();
+        cai::ipc_release_at_exit();  // Python owners go while the interpreter runs
+      },
+      "Called at exit (atexit): leak device memory instead of waiting for streams to free it, "
+      "and release the Python owners of memory shared with other processes.");
   m.def("_get_import_sync", [] { return config().import_sync; });
   m.def("_set_import_sync", [](bool v) { config().import_sync = v; });
   m.def("_get_export_stream", [] { return config().export_stream; });

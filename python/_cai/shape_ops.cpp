@@ -120,6 +120,41 @@ nb::object transpose(PyArray& self, nb::args axes) {
   return wrap(v.permute(order), self.np_dtype);
 }
 
+// What split() returns: one view per next(), made only when asked for, as Numba's generator.
+struct SplitPieces {
+  nb::object array;  ///< the DeviceNDArray being split; released when the pieces run out
+  std::int64_t section = 0;
+  std::int64_t next = 0;  ///< the first element of the next piece
+};
+
+nb::object next_piece(SplitPieces& self) {
+  PyArray* a = self.array.is_valid() ? as_py_array(self.array, "split()") : nullptr;
+  if (a == nullptr || self.next >= a->view.shape()[0]) {
+    self.array.reset();
+    throw nb::stop_iteration();
+  }
+  const std::int64_t begin = self.next;
+  const std::int64_t end = begin + std::min(self.section, a->view.shape()[0] - begin);
+  self.next = end;
+  const std::array<IndexItem, 1> item{IndexItem::range(begin, end)};
+  return wrap(a->view.index(item), a->np_dtype);
+}
+
+// The collector sees the array an iterator holds (its memory may have a Python owner).
+int split_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (nb::inst_ready(self)) Py_VISIT(nb::inst_ptr<SplitPieces>(self)->array.ptr());
+  return 0;
+}
+
+int split_clear(PyObject* self) {
+  if (nb::inst_ready(self)) nb::inst_ptr<SplitPieces>(self)->array.reset();
+  return 0;
+}
+
+PyType_Slot g_split_slots[] = {
+    {Py_tp_traverse, (void*)split_traverse}, {Py_tp_clear, (void*)split_clear}, {0, nullptr}};
+
 nb::object split(PyArray& self, std::int64_t section) {
   const View& v = self.view;
   if (v.ndim() != 1)
@@ -128,14 +163,7 @@ nb::object split(PyArray& self, std::int64_t section) {
   if (section <= 0)
     throw_error(Errc::value_error, "split(): section must be a positive number of elements, got " +
                                        std::to_string(section));
-  nb::list parts;
-  const std::int64_t n = v.shape()[0];
-  for (std::int64_t begin = 0; begin < n; begin += section) {
-    const std::int64_t end = begin + std::min(section, n - begin);
-    const std::array<IndexItem, 1> item{IndexItem::range(begin, end)};
-    parts.append(wrap(v.index(item), self.np_dtype));
-  }
-  return nb::iter(parts);  // an iterator, as Numba's generator
+  return nb::cast(SplitPieces{nb::find(&self), section, 0});
 }
 
 View copy_of(const View& src, bool fortran, const sync::StreamRef& stream) {
@@ -208,6 +236,10 @@ void bind_shape_ops(nb::module_& m) {
   cls.def_prop_ro(
       "T", exit_safe([](PyArray& self) { return wrap(self.view.transpose(), self.np_dtype); }),
       nb::sig("def T(self) -> DeviceNDArray"), "A view with the axes reversed.");
+  nb::class_<SplitPieces>(m, "_SplitPieces", nb::type_slots(g_split_slots),
+                          "The pieces of DeviceNDArray.split(), made one per next().")
+      .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__next__", exit_safe(&next_piece));
   cls.def("split", exit_safe(&split), nb::arg("section"),
           nb::sig("def split(self, section: int) -> typing.Iterator[DeviceNDArray]"),
           "Views of consecutive pieces of `section` elements of a 1-d array (the last may be "

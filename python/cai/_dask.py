@@ -2,11 +2,18 @@
 
 Imported by cai only once `distributed.protocol` is imported. Two families:
 - "dask": the values travel as one host frame (a NumPy buffer, no pickling of the data);
-- "cuda": the frame stays on the device (a contiguous byte view of the array), for
-  transports that move device memory (UCX); the receiver views the frame without a copy.
+- "cuda": the frame stays on the device (a contiguous byte view of the array, read-only when
+  the array is), for transports that move device memory (UCX); the receiver views the frame
+  without a copy.
+A mask travels with its array: the header's "mask" entry is the mask's own header, and its
+frames follow the array's. A header and its frames come from another process: every field is
+checked against the others and against the frames before anything is read (ValueError or
+TypeError naming the key, the value and what was expected).
 Without these, distributed would pickle arrays (which also works: a host copy).
 """
 
+import math
+import reprlib
 from typing import Any, Callable, Literal
 
 import numpy as np
@@ -15,93 +22,236 @@ from distributed.protocol.serialize import dask_deserialize, dask_serialize
 
 from . import _cai
 from ._cai import DeviceNDArray
-from ._host import _host_copy
+from ._host import _data_only, _host_bytes, _with_mask
 
 _registered = False
 
 Header = dict[str, Any]
+
+# How deeply a received header may nest masks (a mask's mask, ...), as cai's CAI import.
+_MAX_MASK_DEPTH = 8
 
 
 def _dtype_header(dtype: "np.dtype[Any]") -> Any:
     return np.lib.format.dtype_to_descr(dtype)
 
 
-def _dtype_from_header(descr: Any) -> "np.dtype[Any]":
-    dtype: np.dtype[Any] = np.lib.format.descr_to_dtype(descr)
+# ----- reading a header from another process ------------------------------------------------
+
+def _fail(error: type[Exception], family: str, path: str, key: str, value: Any,
+          expected: str) -> Exception:
+    return error(f"cai: Dask {family!r} header: {path}{key}: expected {expected}, got "
+                 f"{reprlib.repr(value)}")
+
+
+def _value(header: Any, family: str, path: str, key: str) -> Any:
+    if not isinstance(header, dict):
+        where = f"{path[:-1]}: " if path else ""
+        raise TypeError(f"cai: Dask {family!r} header: {where}expected a dict, got "
+                        f"{type(header).__name__}")
+    if key not in header:
+        raise ValueError(f"cai: Dask {family!r} header: {path}{key}: missing (the header has "
+                         f"{reprlib.repr(sorted(map(str, header)))})")
+    return header[key]
+
+
+def _ints(header: Header, family: str, path: str, key: str, expected: str) -> tuple[int, ...]:
+    value = _value(header, family, path, key)
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(n, int) and not isinstance(n, bool) for n in value):
+        raise _fail(TypeError, family, path, key, value, f"a list of int ({expected})")
+    return tuple(value)
+
+
+def _shape(header: Header, family: str, path: str) -> tuple[int, ...]:
+    shape = _ints(header, family, path, "shape", "sizes >= 0")
+    if any(n < 0 for n in shape):
+        raise _fail(ValueError, family, path, "shape", list(shape), "sizes >= 0")
+    return shape
+
+
+def _dtype(header: Header, family: str, path: str) -> "np.dtype[Any]":
+    descr = _value(header, family, path, "dtype")
+    expected = "a NumPy dtype description (numpy.lib.format.dtype_to_descr)"
+    try:
+        dtype: np.dtype[Any] = np.lib.format.descr_to_dtype(descr)
+    except Exception:  # NumPy raises TypeError, ValueError, KeyError ... for a bad descr
+        raise _fail(ValueError, family, path, "dtype", descr, expected) from None
+    if dtype.hasobject:
+        raise _fail(ValueError, family, path, "dtype", descr,
+                    "a dtype without Python objects (they cannot live in device memory)")
     return dtype
 
 
+def _mask_header(header: Header, family: str, path: str, depth: int) -> Header | None:
+    mask = header.get("mask")
+    if mask is None:
+        return None
+    if not isinstance(mask, dict):
+        raise _fail(TypeError, family, path, "mask", mask, "None or the mask's header (a dict)")
+    if depth >= _MAX_MASK_DEPTH:
+        raise ValueError(f"cai: Dask {family!r} header: {path}mask: masks nested more than "
+                         f"{_MAX_MASK_DEPTH} levels deep")
+    return mask
+
+
+def _frame(frames: list[Any], index: int, family: str, path: str) -> Any:
+    if index >= len(frames):
+        raise ValueError(f"cai: Dask {family!r} header: {path or 'the array'} needs frame "
+                         f"{index}, but only {len(frames)} frame(s) came")
+    return frames[index]
+
+
+def _check_all_used(frames: list[Any], used: int, family: str) -> None:
+    if used != len(frames):
+        raise ValueError(f"cai: Dask {family!r} header: it describes {used} frame(s), but "
+                         f"{len(frames)} came")
+
+
+# ----- the "dask" family: host frames -------------------------------------------------------
+
 def _serialize_host(x: DeviceNDArray) -> tuple[Header, list[memoryview]]:
-    host = _host_copy(x)
-    fortran = host.ndim > 1 and not host.flags.c_contiguous
-    header = {
+    frame, fortran = _host_bytes(x)
+    header: Header = {
         "shape": list(x.shape),
         "dtype": _dtype_header(x.dtype),
         "fortran": fortran,
     }
-    frame = (host.T if fortran else host).reshape(-1).view(np.uint8).data
-    return header, [frame]
+    frames = [frame]
+    if x.mask is not None:
+        header["mask"], mask_frames = _serialize_host(x.mask)
+        frames += mask_frames
+    return header, frames
+
+
+def _read_host(header: Header, frames: list[Any], index: int, path: str,
+               depth: int) -> tuple[DeviceNDArray, int]:
+    family = "dask"
+    shape = _shape(header, family, path)
+    dtype = _dtype(header, family, path)
+    fortran = _value(header, family, path, "fortran")
+    if not isinstance(fortran, bool):
+        raise _fail(TypeError, family, path, "fortran", fortran, "True or False")
+    mask_header = _mask_header(header, family, path, depth)
+    frame = _frame(frames, index, family, path)
+    try:
+        size = memoryview(frame).nbytes
+    except TypeError:
+        raise TypeError(f"cai: Dask {family!r} frame {index}: expected a bytes-like object, "
+                        f"got {type(frame).__name__}") from None
+    needed = math.prod(shape) * dtype.itemsize
+    if size != needed:
+        raise ValueError(f"cai: Dask {family!r} frame {index} holds {size} bytes, but the "
+                         f"header's {path}shape {list(shape)} of dtype {dtype.str} needs "
+                         f"{needed}")
+    order: Literal["C", "F"] = "F" if fortran else "C"
+    if needed == 0:
+        arr = _cai.device_array(shape, dtype, order=order)
+    else:
+        flat = np.frombuffer(frame, dtype=dtype)
+        arr = _cai.to_device(flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape))
+    index += 1
+    mask = None
+    if mask_header is not None:
+        mask, index = _read_host(mask_header, frames, index, path + "mask.", depth + 1)
+    return _with_mask(arr, mask), index
 
 
 def _deserialize_host(header: Header, frames: list[Any]) -> DeviceNDArray:
-    dtype = _dtype_from_header(header["dtype"])
-    shape = tuple(header["shape"])
-    order: Literal["C", "F"] = "F" if header["fortran"] else "C"
-    if dtype.itemsize == 0 or 0 in shape:
-        return _cai.device_array(shape, dtype, order=order)
-    flat = np.frombuffer(frames[0], dtype=dtype)
-    host = flat.reshape(shape[::-1]).T if order == "F" else flat.reshape(shape)
-    return _cai.to_device(host)
+    arr, used = _read_host(header, frames, 0, "", 0)
+    _check_all_used(frames, used, "dask")
+    return arr
 
+
+# ----- the "cuda" family: device frames -----------------------------------------------------
 
 def _serialize_device(x: DeviceNDArray) -> tuple[Header, list[DeviceNDArray]]:
-    if not (x.is_c_contiguous() or x.is_f_contiguous()):
-        x = _cai.to_device(x)  # a dense device copy
-    header = {
-        "shape": list(x.shape),
-        "dtype": _dtype_header(x.dtype),
-        "strides": list(x.strides),
+    data = _data_only(x)  # the mask goes on its own, below
+    if not (data.is_c_contiguous() or data.is_f_contiguous()):
+        data = _cai.to_device(data)  # a dense device copy
+    header: Header = {
+        "shape": list(data.shape),
+        "dtype": _dtype_header(data.dtype),
+        "strides": list(data.strides),
     }
-    if x.nbytes == 0:
-        return header, []
-    # The frame: the array's bytes as a 1-d uint8 device array (no copy), on its stream.
-    desc = dict(x.__cuda_array_interface__)
-    frame = _cai.from_cuda_array_interface(
-        {
-            "shape": (x.nbytes,),
-            "typestr": "|u1",
-            "data": (x.ptr + _lowest_offset(x), False),
+    frames = []
+    if data.nbytes:
+        # The frame: the array's bytes as a 1-d uint8 device array (no copy), on its stream,
+        # as writable as the array (a writable frame of read-only memory would let the
+        # receiver write to it).
+        desc = dict(data.__cuda_array_interface__)
+        frames.append(_cai.from_cuda_array_interface(
+            {
+                "shape": (data.nbytes,),
+                "typestr": "|u1",
+                "data": (data.ptr + _lowest_offset(data.shape, data.strides), data.readonly),
+                "version": 3,
+                "stream": desc.get("stream"),
+            },
+            owner=data,
+        ))
+    if x.mask is not None:
+        header["mask"], mask_frames = _serialize_device(x.mask)
+        frames += mask_frames
+    return header, frames
+
+
+def _lowest_offset(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """From the first element to the lowest byte an array of these strides touches (<= 0)."""
+    return sum(s * (n - 1) for s, n in zip(strides, shape) if s < 0 and n > 0)
+
+
+def _read_device(header: Header, frames: list[Any], index: int, path: str,
+                 depth: int) -> tuple[DeviceNDArray, int]:
+    family = "cuda"
+    shape = _shape(header, family, path)
+    dtype = _dtype(header, family, path)
+    strides = _ints(header, family, path, "strides", "byte strides")
+    if len(strides) != len(shape):
+        raise _fail(ValueError, family, path, "strides", list(strides),
+                    f"{len(shape)} byte strides, one per axis of shape {list(shape)}")
+    mask_header = _mask_header(header, family, path, depth)
+    if math.prod(shape) * dtype.itemsize == 0:
+        arr = _cai.device_array(shape, dtype)  # no bytes, no frame
+    else:
+        frame = _frame(frames, index, family, path)
+        if not _cai.is_cuda_array(frame):
+            raise TypeError(f"cai: Dask {family!r} frame {index}: expected a device buffer (an "
+                            f"object with __cuda_array_interface__), got "
+                            f"{type(frame).__name__}")
+        frame = _cai.as_cuda_array(frame)  # any device buffer (UCX gives its own kind)
+        if not frame.is_c_contiguous():
+            raise ValueError(f"cai: Dask {family!r} frame {index}: expected contiguous bytes, "
+                             f"got strides {frame.strides} for shape {frame.shape}")
+        lowest = _lowest_offset(shape, strides)
+        highest = sum(s * (n - 1) for s, n in zip(strides, shape) if s > 0) + dtype.itemsize
+        if highest - lowest > frame.nbytes:
+            raise ValueError(f"cai: Dask {family!r} header: {path}shape {list(shape)} and "
+                             f"{path}strides {list(strides)} of dtype {dtype.str} reach over "
+                             f"{highest - lowest} bytes, but frame {index} holds "
+                             f"{frame.nbytes}")
+        desc = {
+            "shape": shape,
+            "typestr": dtype.str,
+            "data": (frame.ptr - lowest, frame.readonly),
+            "strides": strides,
             "version": 3,
-            "stream": desc.get("stream"),
-        },
-        owner=x,
-    )
-    return header, [frame]
-
-
-def _lowest_offset(x: DeviceNDArray) -> int:
-    return sum(s * (n - 1) for s, n in zip(x.strides, x.shape) if s < 0 and n > 0)
+            "stream": frame.__cuda_array_interface__.get("stream"),
+        }
+        if dtype.fields is not None:
+            desc["descr"] = dtype.descr
+        arr = _cai.from_cuda_array_interface(desc, owner=frame)
+        index += 1
+    mask = None
+    if mask_header is not None:
+        mask, index = _read_device(mask_header, frames, index, path + "mask.", depth + 1)
+    return _with_mask(arr, mask), index
 
 
 def _deserialize_device(header: Header, frames: list[Any]) -> DeviceNDArray:
-    dtype = _dtype_from_header(header["dtype"])
-    shape = tuple(header["shape"])
-    strides = tuple(header["strides"])
-    if not frames:
-        return _cai.device_array(shape, dtype)
-    frame = _cai.as_cuda_array(frames[0])  # any device buffer (UCX gives its own kind)
-    lowest = sum(s * (n - 1) for s, n in zip(strides, shape) if s < 0 and n > 0)
-    desc = {
-        "shape": shape,
-        "typestr": dtype.str,
-        "data": (frame.ptr - lowest, False),
-        "strides": strides,
-        "version": 3,
-        "stream": frame.__cuda_array_interface__.get("stream"),
-    }
-    if dtype.fields is not None:
-        desc["descr"] = dtype.descr
-    return _cai.from_cuda_array_interface(desc, owner=frame)
+    arr, used = _read_device(header, frames, 0, "", 0)
+    _check_all_used(frames, used, "cuda")
+    return arr
 
 
 def register() -> None:

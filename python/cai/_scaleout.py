@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import _cai
 from ._cai import DeviceNDArray
-from ._host import _host_copy
+from ._host import _host_bytes, _with_mask
 
 if TYPE_CHECKING:  # NumPy is imported on first use, never at `import cai`
     import numpy
@@ -33,10 +33,8 @@ if TYPE_CHECKING:  # NumPy is imported on first use, never at `import cai`
 def _host_state(arr: DeviceNDArray, protocol: int) -> "_HostState":
     """What a pickle carries: the bytes (out of band with protocol 5), shape, dtype, order.
     The dtype travels on its own: NumPy's own array pickling drops a big-endian byte order."""
-    host = _host_copy(arr)
-    fortran = host.ndim > 1 and not host.flags.c_contiguous
-    dense = host.T if fortran else host       # C-contiguous either way
-    data = pickle.PickleBuffer(dense.data) if protocol >= 5 else dense.tobytes()
+    raw, fortran = _host_bytes(arr)
+    data = pickle.PickleBuffer(raw) if protocol >= 5 else raw.tobytes()
     return data, arr.shape, arr.dtype, fortran
 
 
@@ -52,22 +50,22 @@ def _host_array(data: Any, shape: Sequence[int],
 
 def _rebuild(data: Any, shape: Sequence[int],
              dtype: "numpy.dtype[Any]", fortran: bool,
-             mask: "_HostState | None" = None) -> DeviceNDArray:
+             mask: tuple[Any, ...] | None = None) -> DeviceNDArray:
     """Unpickles a DeviceNDArray: a new array on the current device."""
     arr = _cai.to_device(_host_array(data, shape, dtype, fortran))
-    if mask is None:
-        return arr
-    mask_arr = _rebuild(*mask)
-    desc = dict(arr.__cuda_array_interface__)
-    desc["mask"] = mask_arr
-    return _cai.from_cuda_array_interface(desc, owner=(arr, mask_arr))
+    return _with_mask(arr, None if mask is None else _rebuild(*mask))
+
+
+def _state(arr: DeviceNDArray, protocol: int) -> tuple[Any, ...]:
+    """_host_state, followed by the mask's own state (and so on) when `arr` has a mask."""
+    state = _host_state(arr, protocol)
+    mask = arr.mask
+    return state if mask is None else state + (_state(mask, protocol),)
 
 
 def _reduce_ex(self: DeviceNDArray,
                protocol: int) -> tuple[Callable[..., DeviceNDArray], tuple[Any, ...]]:
-    state = _host_state(self, protocol)
-    mask = self.mask
-    return (_rebuild, state if mask is None else state + (_host_state(mask, protocol),))
+    return (_rebuild, _state(self, protocol))
 
 
 def _deepcopy(self: DeviceNDArray, memo: object = None) -> DeviceNDArray:

@@ -138,6 +138,21 @@ KernelOperands::KernelOperands(const char* entry, std::span<const NamedView> ope
   }
 }
 
+void require_stream_of_current_device(const char* entry, const sync::StreamRef& stream) {
+  if (!several_devices() || is_default(stream.handle)) return;
+  auto& backend = device::backend();
+  const int sd = backend.stream_device(stream.handle);
+  const int current = backend.current_device();
+  if (sd == current) return;
+  throw_error(Errc::value_error,
+              std::string(entry) + ": " + device::stream_text(stream.handle) +
+                  " belongs to device " + std::to_string(sd) +
+                  " but the new array is allocated on device " + std::to_string(current) +
+                  " (the current device); pass a stream of device " + std::to_string(current) +
+                  " (or 0 for its default stream), or allocate inside `with cai.Device(" +
+                  std::to_string(sd) + "):`");
+}
+
 bool copy_between_devices(const View& dst, const View& src, const sync::StreamRef& stream) {
   constexpr const char* entry = "copy()";
   if (dst.size() == 0 || !several_devices()) return false;

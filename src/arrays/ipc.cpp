@@ -11,6 +11,7 @@
 
 #include "cai/arrays/devices.h"
 #include "cai/core/error.h"
+#include "cai/core/interface.h"
 #include "device/shared_memory.h"
 
 namespace cai {
@@ -205,7 +206,7 @@ std::string memory_kind_text(device::MemoryKind k) {
 
 }  // namespace
 
-IpcArrayHandle ipc_export(const View& v) {
+static IpcArrayHandle export_unmasked(const View& v) {
   constexpr const char* where = "get_ipc_handle()";
   auto& backend = device::backend();
   IpcArrayHandle h;
@@ -305,7 +306,7 @@ IpcArrayHandle ipc_export(const View& v) {
   return h;
 }
 
-IpcArrayHandle ipc_issue_ticket(const IpcArrayHandle& h) {
+static IpcArrayHandle issue_unmasked(const IpcArrayHandle& h) {
   constexpr const char* where = "IpcHandle (sending)";
   IpcArrayHandle out = h;
   if (!h.has_memory) return out;
@@ -323,7 +324,7 @@ IpcArrayHandle ipc_issue_ticket(const IpcArrayHandle& h) {
   return out;
 }
 
-View ipc_open(const IpcArrayHandle& h, const sync::StreamRef& stream) {
+static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream) {
   constexpr const char* where = "IpcHandle.open()";
   auto& backend = device::backend();
   if (h.boot_id != device::detail::boot_id()) {
@@ -466,7 +467,7 @@ View ipc_open(const IpcArrayHandle& h, const sync::StreamRef& stream) {
               std::make_shared<sync::SyncState>(stream), std::move(owner));
 }
 
-void ipc_discard(const IpcArrayHandle& h) noexcept {
+static void discard_unmasked(const IpcArrayHandle& h) noexcept {
   if (!h.has_memory || h.ticket == 0 || h.ticket >= kTickets) return;
   try {
     auto control = control_of(h, "IpcHandle (discard)");
@@ -506,6 +507,62 @@ std::size_t ipc_exports_in_use() {
   return static_cast<std::size_t>(std::count_if(st.exports.begin(), st.exports.end(), [&](auto& e) {
     return slot_of(*st.control, e.second->slot).refs.load() > 0;
   }));
+}
+
+void ipc_release_at_exit() noexcept {
+  if (!device::exiting()) return;  // the memory would be freed under the importers
+  State& st = state();
+  std::vector<std::shared_ptr<const void>> kept;
+  {
+    std::lock_guard lock(st.mu);
+    for (auto& [base, record] : st.exports) kept.push_back(std::move(record->keep));
+  }
+  // Released here, outside the lock. The registry itself is never destroyed (exports may be
+  // released by late destructors), so without this a Python owner would outlive the
+  // interpreter.
+}
+
+// A mask travels as a handle of its own beside the array's: exported, ticketed, opened and
+// given back with it, never dropped.
+
+IpcArrayHandle ipc_export(const View& v) {
+  IpcArrayHandle h = export_unmasked(v);
+  if (v.mask()) {
+    try {
+      h.mask = std::make_shared<const IpcArrayHandle>(ipc_export(*v.mask()));
+    } catch (const Error& e) {
+      throw_error(e.code(), std::string(e.what()) + " (the array's mask)");
+    }
+  }
+  return h;
+}
+
+IpcArrayHandle ipc_issue_ticket(const IpcArrayHandle& h) {
+  IpcArrayHandle out = issue_unmasked(h);
+  if (h.mask) {
+    try {
+      out.mask = std::make_shared<const IpcArrayHandle>(ipc_issue_ticket(*h.mask));
+    } catch (...) {
+      discard_unmasked(out);  // the array's new reference will never be sent
+      throw;
+    }
+  }
+  return out;
+}
+
+View ipc_open(const IpcArrayHandle& h, const sync::StreamRef& stream) {
+  View v = open_unmasked(h, stream);
+  if (h.mask) {
+    View mask = ipc_open(*h.mask, stream);
+    check_mask("IpcHandle.open(): mask", v.shape(), mask.shape(), mask.dtype());
+    v.set_mask(std::make_shared<const View>(std::move(mask)));
+  }
+  return v;
+}
+
+void ipc_discard(const IpcArrayHandle& h) noexcept {
+  discard_unmasked(h);
+  if (h.mask) ipc_discard(*h.mask);
 }
 
 }  // namespace cai

@@ -163,17 +163,7 @@ Interface validate_interface(const InterfaceFields& f, TypestrOptions options) {
       fail(Errc::value_error, "mask: given without its validated descriptor (binding error)");
     }
     const Interface& m = *f.mask;
-    if (!std::ranges::equal(m.layout.shape(), out.layout.shape())) {
-      fail(Errc::value_error, "mask: shape " + format_dims(m.layout.shape()) +
-                                  " differs from the data shape " + format_dims(f.shape) +
-                                  " (the mask must have the same shape as the data)");
-    }
-    const Kind k = m.dtype.kind();
-    if (k != Kind::boolean && k != Kind::signed_int && k != Kind::unsigned_int) {
-      fail(Errc::value_error, "mask: typestr '" + m.dtype.str() +
-                                  "' is not bool or integer (mask elements are read as "
-                                  "true/false)");
-    }
+    check_mask("mask", out.layout.shape(), m.layout.shape(), m.dtype);
     out.mask = std::make_shared<const Interface>(m);
   }
 
@@ -189,6 +179,21 @@ Interface validate_interface(const InterfaceFields& f, TypestrOptions options) {
     out.stream = static_cast<std::uint64_t>(f.stream);
   }
   return out;
+}
+
+void check_mask(std::string_view key, std::span<const std::int64_t> shape,
+                std::span<const std::int64_t> mask_shape, const DType& mask_dtype) {
+  if (!std::ranges::equal(mask_shape, shape)) {
+    fail(Errc::value_error, std::string(key) + ": shape " + format_dims(mask_shape) +
+                                " differs from the data shape " + format_dims(shape) +
+                                " (the mask must have the same shape as the data)");
+  }
+  const Kind k = mask_dtype.kind();
+  if (k != Kind::boolean && k != Kind::signed_int && k != Kind::unsigned_int) {
+    fail(Errc::value_error, std::string(key) + ": typestr '" + mask_dtype.str() +
+                                "' is not bool or integer (mask elements are read as "
+                                "true/false)");
+  }
 }
 
 std::string stream_zero_message(std::string_view subject, std::string_view use) {

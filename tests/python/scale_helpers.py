@@ -258,3 +258,24 @@ def add_one(arr, q_out):
     cai.ops.add(arr, cai.to_device(np.ones(arr.shape, arr.dtype)), arr)
     arr.synchronize()
     q_out.put("done")
+
+
+def queue_values(q_in, q_out):
+    """multiprocessing queue worker: answers the host copy of every array it gets (a
+    numpy.ma.MaskedArray for a masked one); None ends it."""
+    while True:
+        arr = q_in.get()
+        if arr is None:
+            return
+        q_out.put(arr.copy_to_host())
+
+
+def mark():
+    """This module's MARK: a forked child inherits what the parent set at run time, a spawned
+    (or forkserver) child imports the module afresh and has none."""
+    return globals().get("MARK")
+
+
+def report_mark(q):
+    """A process target: answers mark() on q."""
+    q.put(mark())

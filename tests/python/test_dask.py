@@ -2,6 +2,7 @@
 "dask" family (one host frame) and the "cuda" family (the frame stays on the device), without
 importing distributed itself; a real two-worker LocalCluster moves arrays between processes."""
 
+import json
 import sys
 import textwrap
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 import cai
-from helpers import host_bytes
+from helpers import host_bytes, run_isolated
 from scale_helpers import run_python
 
 from distributed.protocol import deserialize, serialize  # requirements.txt: never skipped
@@ -110,3 +111,156 @@ def test_two_worker_cluster_moves_arrays_between_processes():
         np.testing.assert_array_equal(result.copy_to_host(), 2 * np.arange(1000.0))
         gathered = client.gather(made)
         np.testing.assert_array_equal(gathered.copy_to_host(), np.arange(1000.0))
+
+
+# ----- masks, read-only memory, and headers from another process ------------------------------
+
+def _masked(arr):
+    """`arr` with a mask of its shape (uint8: 2 is as true as 1), and the mask's values."""
+    valid = np.resize(np.array([1, 0, 2], np.uint8), arr.shape)
+    desc = arr.__cuda_array_interface__ | {"mask": cai.to_device(valid)}
+    return cai.from_cuda_array_interface(desc, owner=arr), valid
+
+
+@pytest.mark.parametrize("family", ["dask", "cuda"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_mask_travels_with_its_array(family, case):
+    arr = CASES[case]()
+    masked, valid = _masked(arr)
+    header, frames = serialize(masked, serializers=(family,))
+    got = deserialize(header, frames)
+    same(got, arr)
+    assert got.mask is not None
+    same(got.mask, cai.to_device(valid))
+    if arr.size:
+        assert isinstance(got.copy_to_host(), np.ma.MaskedArray)
+
+
+@pytest.mark.parametrize("family", ["dask", "cuda"])
+def test_a_mask_of_a_mask_travels_too(family):
+    inner, _ = _masked(cai.to_device(np.ones(6, np.uint8)))
+    data = cai.to_device(np.arange(6.0))
+    arr = cai.from_cuda_array_interface(data.__cuda_array_interface__ | {"mask": inner},
+                                        owner=data)
+    got = deserialize(*serialize(arr, serializers=(family,)))
+    assert got.mask.mask is not None
+    np.testing.assert_array_equal(got.mask.mask.copy_to_host(), [1, 0, 2, 1, 0, 2])
+
+
+def test_cuda_family_keeps_read_only_memory_read_only():
+    src = cai.to_device(np.arange(4.0))
+    readonly = cai.from_cuda_array_interface(
+        src.__cuda_array_interface__ | {"data": (src.ptr, True)}, owner=src)
+    header, frames = serialize(readonly, serializers=("cuda",))
+    assert frames[0].readonly
+    got = deserialize(header, frames)
+    assert got.readonly and got.ptr == src.ptr
+    with pytest.raises(ValueError, match="read-only"):
+        cai.ops.fill(got, 7.0)
+    with pytest.raises(ValueError, match="read-only"):
+        got[0] = 7.0
+    np.testing.assert_array_equal(src.copy_to_host(), np.arange(4.0))
+    writable = deserialize(*serialize(src, serializers=("cuda",)))
+    assert not writable.readonly
+
+
+# Each case: the family, what is changed in the header cai wrote for a float32 array of shape
+# (3, 4) (None: the frames instead), and the exception expected. A header that reaches past its
+# frame would read (or, written through, overwrite) memory the frame does not hold: out of
+# bounds on a GPU. All run in one fresh interpreter, which also reads any array accepted.
+BAD_HEADERS = {
+    "shape-past-frame": ("cuda", {"shape": [100, 4]}, "ValueError",
+                         "shape [100, 4] and strides [16, 4] of dtype <f4 reach over 1600 "
+                         "bytes, but frame 0 holds 48"),
+    "stride-past-frame": ("cuda", {"strides": [16, 400]}, "ValueError",
+                          "reach over 1236 bytes, but frame 0 holds 48"),
+    "stride-before-frame": ("cuda", {"strides": [-400, 4]}, "ValueError",
+                            "reach over 816 bytes, but frame 0 holds 48"),
+    "wider-dtype": ("cuda", {"dtype": "<f8"}, "ValueError",
+                    "of dtype <f8 reach over 52 bytes, but frame 0 holds 48"),
+    "strides-per-axis": ("cuda", {"strides": [16]}, "ValueError",
+                         "strides: expected 2 byte strides, one per axis of shape [3, 4], "
+                         "got [16]"),
+    "negative-size": ("cuda", {"shape": [-3, 4]}, "ValueError",
+                      "shape: expected sizes >= 0, got [-3, 4]"),
+    "shape-str": ("cuda", {"shape": "34"}, "TypeError",
+                  "shape: expected a list of int (sizes >= 0), got '34'"),
+    "shape-bool": ("cuda", {"shape": [True, 4]}, "TypeError", "shape: expected a list of int"),
+    "stride-float": ("cuda", {"strides": [16.0, 4]}, "TypeError",
+                     "strides: expected a list of int (byte strides), got [16.0, 4]"),
+    "object-dtype": ("cuda", {"dtype": "|O"}, "ValueError",
+                     "dtype: expected a dtype without Python objects"),
+    "bad-dtype": ("cuda", {"dtype": "<q9"}, "ValueError",
+                  "dtype: expected a NumPy dtype description"),
+    "no-dtype": ("cuda", {"dtype": "DROP"}, "ValueError", "dtype: missing"),
+    "mask-not-dict": ("cuda", {"mask": 5}, "TypeError",
+                      "mask: expected None or the mask's header (a dict), got 5"),
+    "mask-without-frame": ("cuda", {"mask": {"shape": [3, 4], "dtype": "|b1",
+                                             "strides": [4, 1]}}, "ValueError",
+                           "mask. needs frame 1, but only 1 frame(s) came"),
+    "extra-frame": ("cuda", "two frames", "ValueError",
+                    "it describes 1 frame(s), but 2 came"),
+    "host-frame": ("cuda", "host frame", "TypeError",
+                   "frame 0: expected a device buffer (an object with "
+                   "__cuda_array_interface__), got ndarray"),
+    "host-shape": ("dask", {"shape": [100, 4]}, "ValueError",
+                   "frame 0 holds 48 bytes, but the header's shape [100, 4] of dtype <f4 "
+                   "needs 1600"),
+    "host-dtype": ("dask", {"dtype": "<f8"}, "ValueError", "needs 96"),
+    "host-order": ("dask", {"fortran": 1}, "TypeError", "fortran: expected True or False"),
+    "host-mask-without-frame": ("dask", {"mask": {"shape": [4, 3], "dtype": "|b1", "fortran": False}},
+                        "ValueError", "mask. needs frame 1"),
+}
+
+CHECK_HEADERS = """
+    import copy, json, sys
+    import numpy as np
+    import cai
+    from distributed.protocol import deserialize, serialize
+    arr = cai.to_device(np.arange(12, dtype=np.float32).reshape(3, 4))
+    for name, (family, change) in json.loads(sys.argv[1]).items():
+        header, frames = serialize(arr, serializers=(family,))
+        header = copy.deepcopy(header)
+        if change == "two frames":
+            frames = frames + frames
+        elif change == "host frame":
+            frames = [np.zeros(48, np.uint8)]
+        else:
+            for key, value in change.items():
+                if value == "DROP":
+                    del header["sub-header"][key]
+                else:
+                    header["sub-header"][key] = value
+        try:
+            got = deserialize(header, frames)
+            outcome = ["accepted", str(got.copy_to_host())]   # reads what the header says
+        except Exception as e:
+            outcome = [type(e).__name__, str(e)]
+        print(json.dumps([name] + outcome), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def bad_header_outcomes():
+    cases = {name: (family, change) for name, (family, change, _, _) in BAD_HEADERS.items()}
+    r = run_isolated("", args=["-c", textwrap.dedent(CHECK_HEADERS), json.dumps(cases)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    return {line[0]: line[1:] for line in map(json.loads, r.stdout.splitlines())}
+
+
+@pytest.mark.parametrize("name", list(BAD_HEADERS))
+def test_a_header_is_checked_against_its_frames(name, bad_header_outcomes):
+    _, _, error, message = BAD_HEADERS[name]
+    got_error, got_message = bad_header_outcomes[name]
+    assert got_error == error and message in got_message, got_message
+
+
+@pytest.mark.parametrize("family", ["dask", "cuda"])
+def test_a_mask_header_of_another_shape_is_refused(family):
+    masked, _ = _masked(CASES["c-2d"]())
+    header, frames = serialize(masked, serializers=(family,))
+    header["sub-header"]["mask"]["shape"] = [2, 6]          # the same number of bytes
+    if family == "cuda":
+        header["sub-header"]["mask"]["strides"] = [6, 1]
+    with pytest.raises(ValueError, match=r"mask: shape \(2, 6\) differs from the data shape"):
+        deserialize(header, frames)

@@ -122,6 +122,30 @@ def test_arrays_and_streams_are_made_on_the_current_device():
 
 
 @two_devices
+@pytest.mark.parametrize("make", [
+    lambda s: cai.device_array(8, stream=s),
+    lambda s: cai.device_array((2, 4), strides=(32, 8), stream=s),
+    lambda s: cai.device_array_like(np.zeros(8), stream=s),
+    lambda s: cai.device_array_like(cai.device_array(8), stream=s),
+    lambda s: cai.to_device(np.arange(8.0), stream=s),
+])
+def test_a_new_array_refuses_a_stream_of_another_device(make):
+    s0 = cai.stream()
+    with cai.Device(1):
+        with pytest.raises(ValueError, match=r"\(\): stream 0x[0-9a-f]+ belongs to device 0 but "
+                                             r"the new array is allocated on device 1 \(the "
+                                             r"current device\); pass a stream of device 1"):
+            make(s0)
+        s1 = cai.stream()
+        a1 = make(s1)                                     # its own device's stream: fine
+        cai.ops.fill(a1, 2.0)
+        assert a1.device == cai.Device(1) and a1.stream.handle == s1.handle
+        np.testing.assert_array_equal(a1.copy_to_host().ravel(), np.full(8, 2.0))
+    assert make(s0).device == cai.Device(0)
+    assert make(0).device == cai.Device(0)
+
+
+@two_devices
 def test_events_belong_to_a_device():
     e0 = cai.event()
     with cai.Device(1):

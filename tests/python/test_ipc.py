@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import cai
+from helpers import run_isolated
 from scale_helpers import Child, exporter, importer, importer_child, values_of
 
 
@@ -217,3 +218,100 @@ def test_exporter_death():
         assert kind == "DeviceError" and "exited before the event completed" in msg
         imp.send("exit")
         imp.recv()
+
+
+# ----- masks ------------------------------------------------------------------------------------
+
+def _masked(values, valid):
+    """A device array of `values` with a device mask of `valid`, and that mask."""
+    data, mask = cai.to_device(values), cai.to_device(valid)
+    desc = data.__cuda_array_interface__ | {"mask": mask}
+    return cai.from_cuda_array_interface(desc, owner=data), mask
+
+
+def test_a_mask_travels_with_the_handle(child):
+    valid = np.array([1, 0, 2, 1, 0, 1], np.uint8)       # 2 is as true as 1
+    arr, mask = _masked(np.arange(6.0), valid)
+    child.send("open", arr[1:].get_ipc_handle(), "m")    # a view: the mask's offset too
+    assert child.recv() == ("opened", (5,), "<f8", 0)
+    got = values_of(child, "m")
+    assert isinstance(got, np.ma.MaskedArray)
+    np.testing.assert_array_equal(got.data, np.arange(1.0, 6.0))
+    np.testing.assert_array_equal(got.mask, valid[1:] == 0)
+    cai.ops.fill(mask, 1)                                 # the mask is shared memory too
+    mask.synchronize()
+    assert not values_of(child, "m").mask.any()
+
+
+def test_a_masked_handle_holds_and_gives_back_both_references():
+    arr, mask = _masked(np.arange(4.0), np.array([True, False, True, True]))
+    h = arr.get_ipc_handle()
+    received = pickle.loads(pickle.dumps(h))
+    assert cai._cai._ipc_exports_in_use() == 2            # the array's memory and the mask's
+    del received                                          # dropped unopened: both come back
+    assert cai._cai._ipc_exports_in_use() == 0
+    opened = pickle.loads(pickle.dumps(h)).open()         # here: views of the same memory
+    assert opened.ptr == arr.ptr and opened.mask.ptr == mask.ptr
+    assert cai._cai._ipc_exports_in_use() == 2
+    del opened
+    assert cai._cai._ipc_exports_in_use() == 0
+
+
+def test_a_forged_mask_is_refused():
+    arr, _ = _masked(np.arange(6.0), np.ones(6, np.uint8))
+    h = arr.get_ipc_handle()
+
+    def forged(mask=None, **mask_changes):
+        rebuild, fields = h.__reduce__()                  # new references (tickets) each time
+        fields = list(fields)
+        if mask is None:
+            mask = list(fields[21])
+            for k, v in mask_changes.items():
+                mask[{"dtype": 9, "shape": 10, "strides": 11}[k]] = v
+            mask = tuple(mask)
+        try:
+            return rebuild(*fields[:21], mask)
+        except Exception:
+            rebuild(*fields)                              # gives those references back
+            raise
+
+    with pytest.raises(ValueError, match=r"IpcHandle.open\(\): mask: shape \(2, 3\) differs "
+                                         r"from the data shape \(6,\)"):
+        forged(shape=(2, 3), strides=(3, 1)).open()
+    with pytest.raises(ValueError, match=r"mask: typestr '\|V1' is not bool or integer"):
+        forged(dtype=np.dtype("V1")).open()
+    with pytest.raises(TypeError, match="mask: expected None or the mask's pickled fields"):
+        forged("not fields")
+    rebuild, fields = h.__reduce__()
+    nested = fields
+    for _ in range(9):
+        nested = nested[:21] + (nested,)
+    with pytest.raises(ValueError, match="masks nested more than 8 levels deep"):
+        forged(nested)
+    rebuild(*fields)                                      # the references `nested` copied
+    assert cai._cai._ipc_exports_in_use() == 0
+
+
+# ----- exit ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pickled", [False, True])
+def test_a_shared_view_of_a_python_owner_leaks_nothing_at_exit(pickled):
+    # The export keeps the view's Python owner (here a DeviceNDArray) alive for the importers;
+    # at exit it must let go of it while the interpreter still runs (nanobind reports any
+    # instance alive after that as leaked).
+    r = run_isolated(f"""
+        import pickle
+        import numpy as np
+        import cai
+        owner = cai.to_device(np.arange(4.0))
+        view = cai.from_cuda_array_interface(owner.__cuda_array_interface__, owner=owner)
+        handle = view.get_ipc_handle()
+        payload = pickle.dumps(handle) if {pickled} else None   # a reference still out
+        masked = cai.from_cuda_array_interface(
+            owner.__cuda_array_interface__ | {{"mask": cai.to_device(np.ones(4, bool))}},
+            owner=owner)
+        masked_handle = masked.get_ipc_handle()
+        print("ok")
+    """)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    assert "leaked" not in r.stderr, r.stderr

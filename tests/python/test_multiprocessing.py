@@ -21,9 +21,41 @@ def ctx():
 def test_reexports_multiprocessing():
     import multiprocessing
 
-    assert mp.Queue is multiprocessing.Queue
-    assert mp.get_context is multiprocessing.get_context
-    assert "Process" in mp.__all__
+    assert set(multiprocessing.__all__) <= set(dir(mp)) and "Process" in mp.__all__
+    assert mp.ProcessError is multiprocessing.ProcessError
+    assert mp.current_process().pid == multiprocessing.current_process().pid
+    assert mp.get_context("fork") is multiprocessing.get_context("fork")
+
+
+def test_spawn_is_the_default_start_method():
+    # A fresh interpreter, where multiprocessing's own default is still unset (fork on Linux
+    # before Python 3.14), and where set_start_method() cannot disturb other tests.
+    code = textwrap.dedent("""
+        import multiprocessing, sys
+        sys.path.insert(0, %r)
+        import scale_helpers
+        import cai.multiprocessing as mp
+        if __name__ == "__main__":
+            scale_helpers.MARK = "set in the parent"   # a forked child would see it
+            assert mp.get_start_method() == mp.get_context().get_start_method() == "spawn"
+            q = mp.Queue()
+            print(multiprocessing.get_start_method(allow_none=True))  # its own default untouched
+            p = mp.Process(target=scale_helpers.report_mark, args=(q,))
+            p.start()
+            print(q.get(timeout=60), p._popen.method)
+            p.join()
+            with mp.Pool(1) as pool:                   # spawned workers too
+                print(pool.apply(scale_helpers.mark))
+            mp.set_start_method("forkserver", force=True)             # this module's default
+            p = mp.Process(target=scale_helpers.report_mark, args=(q,))
+            p.start()
+            print(q.get(timeout=60), p._popen.method, mp.get_start_method())
+            p.join()
+    """) % (scale_helpers.__file__.rsplit("/", 1)[0],)
+    r = run_python(code)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["None", "None spawn", "None",
+                                     "None forkserver forkserver"], r.stdout
 
 
 def test_queue_sends_arrays_without_copying(ctx):
@@ -42,6 +74,26 @@ def test_queue_sends_arrays_without_copying(ctx):
         np.testing.assert_array_equal(seen, [8, 16, 24])
         np.testing.assert_array_equal(a.copy_to_host(),
                                       [0, 2, 8, 6, 16, 10, 24, 14, 16, 18])
+    finally:
+        q_in.put(None)
+        p.join(TIMEOUT)
+    assert p.exitcode == 0
+
+
+def test_a_mask_travels_on_a_queue(ctx):
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=scale_helpers.queue_values, args=(q_in, q_out), daemon=True)
+    p.start()
+    try:
+        data = cai.to_device(np.arange(6.0))
+        valid = np.array([1, 0, 1, 1, 0, 1], np.int8)
+        masked = cai.from_cuda_array_interface(
+            data.__cuda_array_interface__ | {"mask": cai.to_device(valid)}, owner=data)
+        q_in.put(masked[::2])
+        got = q_out.get(timeout=TIMEOUT)
+        assert isinstance(got, np.ma.MaskedArray)
+        np.testing.assert_array_equal(got.data, [0.0, 2.0, 4.0])
+        np.testing.assert_array_equal(got.mask, valid[::2] == 0)
     finally:
         q_in.put(None)
         p.join(TIMEOUT)

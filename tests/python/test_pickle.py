@@ -55,6 +55,44 @@ def test_pickle_round_trip(kind, view, protocol):
         assert got.ptr != arr.ptr             # new memory
 
 
+def _every_dtype():
+    """One dtype per NumPy kind and byte order that a device array can hold, plus units and
+    structured dtypes holding the kinds NumPy's buffer protocol refuses."""
+    dtypes = {}
+    for code in np.typecodes["All"].replace("O", "").replace("M", "").replace("m", ""):
+        for order in "<>":
+            dt = np.dtype(code).newbyteorder(order)
+            if dt.itemsize:  # 'S', 'U', 'V' without a size: sized ones below
+                dtypes[dt.str] = dt
+    # NumPy keeps no byte order for generic datetime units ('>M8' arrays are made '<M8').
+    dtypes["M8"], dtypes["m8"] = np.dtype("M8"), np.dtype("m8")
+    for unit in ("Y", "M", "D", "h", "s", "ms", "us", "ns", "ps", "as"):
+        dtypes[f"M8[{unit}]"] = np.dtype(f"M8[{unit}]")
+        dtypes[f">m8[{unit}]"] = np.dtype(f">m8[{unit}]")
+    dtypes["S5"], dtypes[">U3"], dtypes["V7"] = np.dtype("S5"), np.dtype(">U3"), np.dtype("V7")
+    dtypes["structured"] = np.dtype([("when", "<M8[ms]"), ("took", ">m8[us]"), ("n", ">i2"),
+                                     ("xy", "<f4", (2,)), ("tag", "S3")])
+    dtypes["nested"] = np.dtype([("inner", [("t", "M8[D]"), ("v", ">c16")]), ("b", "?")])
+    return dtypes
+
+
+DTYPES = _every_dtype()
+
+
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_every_dtype_pickles_at_every_protocol(name):
+    dtype = DTYPES[name]
+    host = np.frombuffer(np.random.default_rng(5).bytes(6 * dtype.itemsize),
+                         dtype=dtype).reshape(2, 3)
+    arr = cai.to_device(host)
+    for protocol in (2, 5):
+        same(pickle.loads(pickle.dumps(arr, protocol=protocol)), host)
+        same(pickle.loads(pickle.dumps(arr.T, protocol=protocol)), host.T)
+    buffers = []
+    data = pickle.dumps(arr, protocol=5, buffer_callback=buffers.append)
+    same(pickle.loads(data, buffers=buffers), host)
+
+
 def test_protocol_5_sends_the_data_out_of_band():
     arr = cai.to_device(np.arange(1000, dtype=np.float64))[::3]
     buffers = []
@@ -108,6 +146,12 @@ def test_masks_readonly_and_foreign_arrays():
     got = pickle.loads(pickle.dumps(masked))
     same(got, np.arange(4.0))
     same(got.mask, np.array([True, False, True, True]))
+    mask_of_mask = cai.as_cuda_array(Producer(cai.to_device(np.array([1, 1, 0, 1], np.uint8)),
+                                              mask=mask))
+    nested = cai.as_cuda_array(Producer(data, mask=mask_of_mask))
+    got = pickle.loads(pickle.dumps(nested, protocol=5))   # a mask's own mask travels too
+    same(got.mask, np.array([1, 1, 0, 1], np.uint8))
+    same(got.mask.mask, np.array([True, False, True, True]))
     copied = copy.deepcopy(masked)                  # the mask copied on the device too
     assert copied.mask is not None and copied.mask.ptr != mask.ptr
     same(copied.mask, np.array([True, False, True, True]))

@@ -214,8 +214,41 @@ def test_masked_array_keeps_its_mask_through_cai_array(masked):
 
 
 def test_masked_array_to_numpy_is_refused(masked):
-    with pytest.raises(NotImplementedError, match="mask"):
+    with pytest.raises(NotImplementedError, match="copy_to_host.. gives a numpy.ma.MaskedArray"):
         np.asarray(masked)
+    with pytest.raises(NotImplementedError, match="mask"):
+        bool(masked[2:3])                        # a truth value cannot carry the mask either
+
+
+# A masked array reaches the host with its mask (docs/python.md): copy_to_host() gives a
+# numpy.ma.MaskedArray, masked (NumPy: invalid) where the CAI mask is false.
+
+def test_masked_copy_to_host_is_a_masked_array():
+    values = np.arange(12.0).reshape(3, 4)
+    valid = np.array([[1, 0, 2, 1], [0, 0, 1, 1], [1, 1, 1, 0]], np.uint8)
+    for order in "CF":
+        data, mask = (cai.to_device(np.asarray(x, order=order)) for x in (values, valid))
+        arr = cai.from_cuda_array_interface(data.__cuda_array_interface__ | {"mask": mask},
+                                            owner=data)
+        for take in (lambda x: x, lambda x: x[::-1, 1::2], lambda x: x.T):
+            host = take(arr).copy_to_host()
+            assert type(host) is np.ma.MaskedArray and host.dtype == np.float64
+            np.testing.assert_array_equal(host.data, take(values))
+            np.testing.assert_array_equal(host.mask, take(valid) == 0)
+
+
+def test_masked_copy_to_host_into_an_array(masked):
+    out = np.ma.zeros(6)
+    assert masked.copy_to_host(out) is out
+    np.testing.assert_array_equal(out.data, np.arange(6.0))
+    np.testing.assert_array_equal(out.mask, [0, 1, 0, 0, 1, 0])
+    plain = np.zeros(6)
+    with pytest.raises(TypeError, match="must be a numpy.ma.MaskedArray"):
+        masked.copy_to_host(plain)
+    hard = np.ma.array(np.full(6, -1.0), mask=False, hard_mask=True)
+    with pytest.raises(ValueError, match="hard mask"):
+        masked.copy_to_host(hard)
+    assert (plain == 0).all() and (hard.data == -1).all() and not hard.mask.any()  # untouched
 
 
 # ----- 13. a read-only flag whose __bool__ raises ------------------------------------------------

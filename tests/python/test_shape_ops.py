@@ -2,12 +2,15 @@
 view(dtype), squeeze, transpose(*axes) and .T, split, copy, and element access returning host
 scalars after the array's stream. Layouts are compared with NumPy's on generated views."""
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from hypothesis import event, given, strategies as st
 
 import cai
-from helpers import Producer
+from helpers import DictProducer, Producer, kept
 
 BASE = np.arange(4 * 6 * 5, dtype=np.float32).reshape(4, 6, 5)
 
@@ -233,6 +236,43 @@ def test_split_like_numba():
         dev.reshape(2, 5).split(2)
     with pytest.raises(ValueError, match="positive"):
         dev.split(0)
+
+
+def _live_arrays():
+    return sum(isinstance(o, cai.DeviceNDArray) for o in gc.get_objects())
+
+
+def test_split_makes_each_piece_when_asked_for():
+    dev = cai.device_array(100_000, np.uint8)
+    before = _live_arrays()
+    parts = dev.split(1)                     # validated now, no piece made yet
+    assert _live_arrays() == before
+    first = next(parts)
+    assert first.shape == (1,) and first.ptr == dev.ptr
+    assert _live_arrays() == before + 1      # one piece, not 100,000
+    second = next(parts)
+    assert second.ptr == dev.ptr + 1 and _live_arrays() == before + 2
+
+
+def test_split_iterator_keeps_then_releases_the_array():
+    dev = cai.to_device(np.arange(5))
+    ref = weakref.ref(dev)
+    parts = dev.split(2)
+    del dev
+    assert kept(ref)                         # the iterator holds the array
+    assert [p.copy_to_host().tolist() for p in parts] == [[0, 1], [2, 3], [4]]
+    assert not kept(ref)                     # released once the pieces ran out
+    with pytest.raises(StopIteration):
+        next(parts)
+
+
+def test_split_iterator_in_a_cycle_is_collected():
+    src = cai.to_device(np.arange(6))
+    producer = DictProducer(src.__cuda_array_interface__, keep=src)
+    producer.parts = cai.as_cuda_array(producer).split(2)   # producer -> parts -> array -> producer
+    ref = weakref.ref(producer)
+    del producer
+    assert not kept(ref)
 
 
 def test_copy():

@@ -74,6 +74,12 @@ class KernelOperands {
   OperationDevice device_;
 };
 
+/// For an entry point that allocates a new array on the current device with `stream` as the
+/// array's stream: throws Error(value_error) naming `entry` and both devices when `stream` (a
+/// created stream) belongs to another device, since every later operation on the array would
+/// refuse that pair (OperationDevice).
+void require_stream_of_current_device(const char* entry, const sync::StreamRef& stream);
+
 /// dst[...] = src[...] when dst and src are in device memory of different devices: a peer copy
 /// (cuMemcpyPeerAsync) on `stream`, which must belong to dst's device (the default streams
 /// name it), ordered after and before the work queued on either array. Returns false, doing

@@ -45,6 +45,9 @@ struct IpcArrayHandle {
   std::uint64_t ticket = 0;  ///< 0 until ipc_issue_ticket: not a reference yet
   /// Keeps the export alive in this process while the handle exists (not sent).
   std::shared_ptr<const void> keep;
+  /// The mask's own handle (memory, event, reference), exported, ticketed, opened and given
+  /// back with the array's; null for an array without a mask.
+  std::shared_ptr<const IpcArrayHandle> mask;
 };
 
 /// Shares v with other processes: registers its allocation once (the memory then stays alive
@@ -81,5 +84,10 @@ std::size_t ipc_collect();
 
 /// Exports of this process that other processes still hold references to.
 std::size_t ipc_exports_in_use();
+
+/// At exit, once device::set_exiting() was called (device memory is leaked from then on, so
+/// importers keep it): releases what the exports keep alive, a Python owner among them, while
+/// the interpreter still runs. Does nothing before set_exiting().
+void ipc_release_at_exit() noexcept;
 
 }  // namespace cai

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -64,6 +65,12 @@ struct Interface {
 /// Applies every rule of the CAI, versions 0-3; throws Error (value_error, overflow, or what
 /// DType raises for typestr/descr) with a message naming the key, the value and the rule.
 Interface validate_interface(const InterfaceFields& fields, TypestrOptions options = {});
+
+/// The CAI's rule for a mask of data of `shape`: the same shape, bool or integer elements
+/// (read as true/false). Throws Error(value_error) "<key>: ..." naming what differs; `key` is
+/// "mask" in a CAI dict, or says where else a mask came from.
+void check_mask(std::string_view key, std::span<const std::int64_t> shape,
+                std::span<const std::int64_t> mask_shape, const DType& mask_dtype);
 
 /// The one wording of the CAI rule that forbids stream 0 (ambiguous between no stream, the
 /// legacy default stream and the per-thread default stream), for every entry point that can
