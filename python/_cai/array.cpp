@@ -6,6 +6,7 @@
 #include <string>
 
 #include "array.h"
+#include "cai/arrays/devices.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/dlpack.h"
 #include "cai/core/error.h"
@@ -466,18 +467,19 @@ void bind_array(nb::module_& m) {
   m.def("device_array_like", exit_safe([](nb::handle ary, nb::handle stream) {
           auto s = stream_arg(stream, "device_array_like()", library_default_stream());
           PyArray* a = as_py_array(ary, "device_array_like()");
-          if (!a && is_device_value(ary)) {
-            // A foreign GPU array: its interface says shape, dtype and order.
-            const View like = import_view(ary, false, "device_array_like()");
+          if (a || is_device_value(ary)) {
+            // A GPU array: its view says shape, dtype (the DLPack-only types included) and
+            // order, and the new array goes to its device, as CuPy's empty_like does.
+            const View like = a ? a->view : import_view(ary, false, "device_array_like()");
             const bool f = !like.layout().is_c_contiguous() && like.layout().is_f_contiguous();
-            return wrap(View::allocate(like.dtype(), like.shape(), f, s));
+            const OperationDevice on("device_array_like()", {{"ary", &like}}, s);
+            return wrap(View::allocate(like.dtype(), like.shape(), f, s),
+                        a ? a->np_dtype : nb::object());
           }
           nb::object shape = ary.attr("shape");
           nb::object dt = numpy_module().attr("dtype")(ary.attr("dtype"));
           bool fortran = false;
-          if (a)
-            fortran = !a->view.layout().is_c_contiguous() && a->view.layout().is_f_contiguous();
-          else if (nb::hasattr(ary, "flags"))
+          if (nb::hasattr(ary, "flags"))
             fortran = !nb::cast<bool>(ary.attr("flags").attr("c_contiguous")) &&
                       nb::cast<bool>(ary.attr("flags").attr("f_contiguous"));
           return wrap(View::allocate(dtype_from_numpy(dt, "device_array_like()"),
