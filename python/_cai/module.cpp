@@ -74,6 +74,11 @@ NB_MODULE(_cai, m) {
   m.def(
       "_set_exiting", [] { cai::device::set_exiting(); },
       "Called at exit (atexit): leak device memory instead of waiting for streams to free it.");
+  m.def(
+      "_set_current_device", [](int id) { cai::device::backend().set_current_device(id); },
+      nb::arg("id"),
+      "Makes device `id` (checked by the caller) current for the calling thread until changed: "
+      "cai.select_device.");
   m.def("_get_import_sync", [] { return config().import_sync; });
   m.def("_set_import_sync", [](bool v) { config().import_sync = v; });
   m.def("_get_export_stream", [] { return config().export_stream; });

@@ -9,7 +9,8 @@ Operations: cai.ops.copy, cai.ops.fill, cai.ops.add. Switches: cai.config. Simul
 What runs here: show_config(). The stream waits cai enqueues: trace_waits(); the calls a GPU
 charges for: device_call_counts().
 Devices and processes: Device, device_count, current_device, IpcHandle, ipc_collect,
-cai.multiprocessing (docs/scale-out.md).
+cai.multiprocessing (docs/scale-out.md); Numba's names select_device, gpus, detect and
+Stream.auto_synchronize.
 """
 
 from ._cai import (
@@ -52,6 +53,7 @@ from . import config
 from ._info import show_config
 from ._tile import Array
 from ._trace import WaitTrace, trace_waits
+from ._devices import detect, gpus, select_device
 from . import _scaleout  # pickling, Dask serializers (lazily), IPC exit warning
 
 from ._cai import __version__ as __version__
@@ -63,5 +65,5 @@ __all__ = [
     "ops", "per_thread_default_stream", "show_config", "sim", "stream", "synchronize",
     "to_device", "trace_waits", "WaitTrace",
     "Device", "current_device", "device_count", "IpcHandle", "ipc_collect",
-    "device_call_counts", "reset_device_call_counts",
+    "device_call_counts", "reset_device_call_counts", "select_device", "gpus", "detect",
 ]

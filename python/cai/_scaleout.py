@@ -9,6 +9,7 @@ cai.multiprocessing makes multiprocessing send arrays as IPC handles instead (no
 """
 
 import atexit
+import copyreg
 import importlib.abc
 import importlib.machinery
 import pickle
@@ -80,6 +81,26 @@ def _deepcopy(self: DeviceNDArray, memo: object = None) -> DeviceNDArray:
 setattr(DeviceNDArray, "__reduce_ex__", _reduce_ex)
 setattr(DeviceNDArray, "__deepcopy__", _deepcopy)
 setattr(DeviceNDArray, "__copy__", _deepcopy)
+
+
+# cai's functions pickle by reference, as Python's own functions do (`client.submit(cai.to_device,
+# x)`, `map_blocks(cai.to_device)`): nanobind's function types have no pickle support.
+
+def _reduce_function(f: Any) -> str:
+    """A module-level function or an unbound method: its qualified name, which pickle looks up
+    in `f.__module__` on load (and checks that it finds `f` itself when dumping)."""
+    return str(f.__qualname__)
+
+
+def _reduce_bound_method(m: Any) -> tuple[Callable[[object, str], Any], tuple[object, str]]:
+    """`arr.copy_to_host`: the object (pickled by its own rules) and the method's name."""
+    return getattr, (m.__self__, m.__name__)
+
+
+copyreg.pickle(type(_cai.to_device), _reduce_function)
+copyreg.pickle(type(DeviceNDArray.copy_to_host), _reduce_function)
+# The bound-method type, from a method bound to any object (binding checks nothing).
+copyreg.pickle(type(DeviceNDArray.copy_to_host.__get__(object())), _reduce_bound_method)
 
 
 # Dask: serializers registered when distributed.protocol is imported, never importing it here.
