@@ -37,7 +37,9 @@ def _host_state(arr: DeviceNDArray, protocol: int) -> "_HostState":
     host = _host_copy(arr)
     fortran = host.ndim > 1 and not host.flags.c_contiguous
     dense = host.T if fortran else host       # C-contiguous either way
-    data = pickle.PickleBuffer(dense.data) if protocol >= 5 else dense.tobytes()
+    # As bytes: a buffer cannot carry every dtype (ml_dtypes' bfloat16 is refused by name).
+    raw = dense.reshape(-1).view("u1")
+    data = pickle.PickleBuffer(raw.data) if protocol >= 5 else raw.tobytes()
     return data, arr.shape, arr.dtype, fortran
 
 
