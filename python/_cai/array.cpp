@@ -386,6 +386,7 @@ static bool truth(PyArray& self) {
 static void setitem(PyArray& self, nb::handle key, nb::handle value) {
   View dst = self.view.index(index_items(key));
   dst.require_writable("__setitem__()", "the array");
+  note_write();
   const auto stream = array_stream(dst);
   if (is_device_value(value)) {
     View src = import_view(value, true, "__setitem__()");
@@ -437,8 +438,10 @@ void bind_array(nb::module_& m) {
                      if (!a.view.mask()) return nb::none();
                      return wrap(*a.view.mask());
                    })
-      .def_prop_ro("__cuda_array_interface__",
-                   exit_safe([](PyArray& a) { return export_interface(a); }))
+      .def_prop_ro("__cuda_array_interface__", exit_safe([](PyArray& a) {
+                     if (!a.view.readonly()) note_write();  // the reader may write
+                     return export_interface(a);
+                   }))
       .def("__len__",
            [](const PyArray& a) {
              if (a.view.ndim() == 0) throw_error(Errc::type_error, "len() of a 0-d array");
@@ -461,6 +464,7 @@ void bind_array(nb::module_& m) {
       .def("copy_to_device", exit_safe([](PyArray& self, nb::handle obj, nb::handle stream) {
              const auto s = stream_arg(stream, "copy_to_device()", array_stream(self.view));
              self.view.require_writable("copy_to_device()", "the array");
+             note_write();
              if (is_device_value(obj)) {
                View src = import_view(obj, true, "copy_to_device()");
                copy(self.view, src, s);

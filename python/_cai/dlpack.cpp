@@ -168,6 +168,7 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
         sync::wait_for(device::backend(), *producer, *consumer);
     }
   }
+  if (!to_host && copy != true && !v.readonly()) note_write();  // the consumer may write
   const DLDevice out_device = to_host ? DLDevice{kDLCPU, 0} : here;
   if (versioned)
     return make_capsule(to_dlpack_versioned(out, flags, &out_device), kVersioned,
@@ -382,6 +383,7 @@ int api_from_py_object(void* py_object, DLManagedTensorVersioned** out) {
   return guarded([&] {
     PyArray* a = as_py_array(static_cast<PyObject*>(py_object), "dlpack exchange API");
     if (!a) throw_error(Errc::type_error, "dlpack exchange API: not a cai.DeviceNDArray");
+    if (!a->view.readonly()) note_write();
     *out = to_dlpack_versioned(a->view);
   });
 }
@@ -397,6 +399,7 @@ int api_dltensor_from_py_object(void* py_object, DLTensor* out) {
   return guarded([&] {
     PyArray* a = as_py_array(static_cast<PyObject*>(py_object), "dlpack exchange API");
     if (!a) throw_error(Errc::type_error, "dlpack exchange API: not a cai.DeviceNDArray");
+    if (!a->view.readonly()) note_write();
     if (!a->element_strides)
       a->element_strides = std::make_unique<const Dims>(a->view.layout().element_strides());
     fill_dltensor(a->view, *a->element_strides, *out);

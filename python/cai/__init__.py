@@ -54,7 +54,8 @@ from ._info import show_config
 from ._tile import Array
 from ._trace import WaitTrace, trace_waits
 from ._devices import detect, gpus, select_device
-from . import _scaleout  # pickling, Dask serializers (lazily), IPC exit warning
+from . import _scaleout  # pickling, Dask registrations (lazily), IPC exit warning
+from . import _concat  # np.concatenate / np.stack on the device (__array_function__)
 
 from ._cai import __version__ as __version__
 
