@@ -55,7 +55,9 @@ from ._tile import Array
 from ._trace import WaitTrace, trace_waits
 from ._devices import detect, gpus, select_device
 from . import _scaleout  # pickling, Dask registrations (lazily), IPC exit warning
-from . import _concat  # np.concatenate / np.stack on the device (__array_function__)
+from . import _numpy_api  # __array_function__ (np.concatenate on the device), __iter__
+from . import typing  # the protocols of cai's parameters (cai.typing.DeviceArrayLike, ...)
+from .typing import array as array  # extension modules' parameters, in stubs
 
 from ._cai import __version__ as __version__
 
@@ -67,4 +69,5 @@ __all__ = [
     "to_device", "trace_waits", "WaitTrace",
     "Device", "current_device", "device_count", "IpcHandle", "ipc_collect",
     "device_call_counts", "reset_device_call_counts", "select_device", "gpus", "detect",
+    "typing", "array",
 ]

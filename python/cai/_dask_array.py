@@ -20,7 +20,8 @@ def register_sizeof() -> None:
     counted the Python object, a few hundred bytes whatever the array's size."""
     from dask.sizeof import sizeof
 
-    sizeof.register(DeviceNDArray, lambda x: int(x.nbytes))
+    dispatch: Any = sizeof  # dask's Dispatch objects are not annotated
+    dispatch.register(DeviceNDArray, lambda x: int(x.nbytes))
 
 
 # The token of an array: this process, the array object, and how many writes cai had made or
@@ -42,7 +43,8 @@ def register_tokenize() -> None:
     """dask.tokenize: token() instead of pickling the whole array (a host copy)."""
     from dask.tokenize import normalize_token
 
-    normalize_token.register(DeviceNDArray, token)
+    dispatch: Any = normalize_token
+    dispatch.register(DeviceNDArray, token)
 
 
 def _to_numpy(x: DeviceNDArray, **kwargs: Any) -> Any:
@@ -54,7 +56,9 @@ def register_array() -> None:
     stack), and `to_backend("numpy")` copies them to the host."""
     from dask.array.dispatch import concatenate_lookup, to_numpy_dispatch
 
-    from ._concat import concatenate
+    from ._numpy_api import concatenate
 
-    concatenate_lookup.register(DeviceNDArray, concatenate)
-    to_numpy_dispatch.register(DeviceNDArray, _to_numpy)
+    dispatches: list[tuple[Any, Any]] = [(concatenate_lookup, concatenate),
+                                         (to_numpy_dispatch, _to_numpy)]
+    for dispatch, func in dispatches:
+        dispatch.register(DeviceNDArray, func)

@@ -259,7 +259,7 @@ def test_ipc_on_device_1():
     with cai.Device(1):
         b1 = cai.to_device(np.arange(4.0))
     h = b1.get_ipc_handle()
-    assert h.device == 1
+    assert h.device == cai.Device(1) and isinstance(h.device, cai.Device)
     with Child(importer) as c:
         c.send("open", h, "x")
         assert c.recv() == ("opened", (4,), "<f8", 1)

@@ -1,6 +1,6 @@
-"""np.concatenate and np.stack of cai arrays on the device, np.transpose, np.swapaxes and
-np.moveaxis as views, and DeviceNDArray's __array_function__ (docs/python.md, "NumPy
-functions").
+"""NumPy's protocols for DeviceNDArray: __array_function__ (np.concatenate and np.stack of cai
+arrays on the device, np.transpose, np.swapaxes and np.moveaxis as views; docs/python.md,
+"NumPy functions") and __iter__.
 
 NumPy functions took cai arrays through __array__ (a host copy, as Numba's device arrays) before
 this protocol existed, and every function but these still does. Defining the protocol also
@@ -9,14 +9,17 @@ tells Dask that a cai array is a duck array, whose chunks it keeps as they are
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from . import _cai
 from ._cai import DeviceNDArray
 
+if TYPE_CHECKING:  # NumPy is imported on first use, never at `import cai`
+    from numpy.typing import DTypeLike
 
-def _same_dtype(arrays: Sequence[DeviceNDArray], entry: str, dtype: object) -> None:
+
+def _same_dtype(arrays: Sequence[DeviceNDArray], entry: str, dtype: DTypeLike | None) -> None:
     import numpy as np
 
     first = arrays[0].dtype
@@ -24,20 +27,21 @@ def _same_dtype(arrays: Sequence[DeviceNDArray], entry: str, dtype: object) -> N
         if a.dtype != first:
             raise TypeError(f"{entry}: array {i} has dtype {a.dtype} but array 0 has {first}; "
                             "cai does not convert dtypes on the device")
-    if dtype is not None and np.dtype(dtype) != first:  # type: ignore[call-overload]
+    if dtype is not None and np.dtype(dtype) != first:
         raise TypeError(f"{entry}: dtype={np.dtype(dtype)} differs from the arrays' {first}; "
                         "cai does not convert dtypes on the device")
 
 
-def _device_arrays(arrays: object, entry: str) -> list[DeviceNDArray]:
-    items = list(arrays)  # type: ignore[call-overload]
-    if not items:
-        raise ValueError(f"{entry}: need at least one array")
-    for i, a in enumerate(items):
+def _device_arrays(arrays: Iterable[object], entry: str) -> list[DeviceNDArray]:
+    items: list[DeviceNDArray] = []
+    for i, a in enumerate(arrays):
         if not isinstance(a, DeviceNDArray):
             raise TypeError(f"{entry}: array {i} is a {type(a).__module__}.{type(a).__name__}, "
                             "not a cai.DeviceNDArray; copy host data to the device first "
                             "(cai.to_device)")
+        items.append(a)
+    if not items:
+        raise ValueError(f"{entry}: need at least one array")
     return items
 
 
@@ -53,7 +57,7 @@ def _axis(axis: int, ndim: int, entry: str) -> int:
 
 
 def concatenate(arrays: Sequence[DeviceNDArray], axis: int | None = 0, out: None = None, *,
-                dtype: object = None, casting: str | None = None) -> DeviceNDArray:
+                dtype: DTypeLike | None = None, casting: str | None = None) -> DeviceNDArray:
     """np.concatenate on the device: a new C-contiguous array on the device of the first
     array, filled by stream-ordered copies (peer copies for arrays of other devices)."""
     entry = "concatenate()"
@@ -88,7 +92,7 @@ def concatenate(arrays: Sequence[DeviceNDArray], axis: int | None = 0, out: None
 
 
 def stack(arrays: Sequence[DeviceNDArray], axis: int = 0, out: None = None, *,
-          dtype: object = None, casting: str | None = None) -> DeviceNDArray:
+          dtype: DTypeLike | None = None, casting: str | None = None) -> DeviceNDArray:
     """np.stack on the device: the arrays (of one shape) along a new axis."""
     entry = "stack()"
     items = _device_arrays(arrays, entry)
@@ -172,5 +176,15 @@ def _array_function(self: DeviceNDArray, func: Callable[..., Any], types: Sequen
     return func(*_host(args), **{k: _host(v) for k, v in kwargs.items()})
 
 
-# Assigned with setattr: the stubs of the extension type do not declare this slot.
+def _iter(self: DeviceNDArray) -> Iterator[Any]:
+    """The elements along the first axis, as NumPy iterates: views, or for a 1-d array NumPy
+    scalars (each a host copy)."""
+    if self.ndim == 0:
+        raise TypeError("iteration over a 0-d array")
+    return (self[i] for i in range(self.shape[0]))
+
+
+# Assigned with setattr: methods of the extension type written in Python (stubs.pat declares
+# __iter__; NumPy finds __array_function__ by name).
 setattr(DeviceNDArray, "__array_function__", _array_function)
+setattr(DeviceNDArray, "__iter__", _iter)
