@@ -10,7 +10,7 @@ What runs here: show_config(). The stream waits cai enqueues: trace_waits(); the
 charges for: device_call_counts().
 Devices and processes: Device, device_count, current_device, IpcHandle, ipc_collect,
 cai.multiprocessing (docs/scale-out.md); Numba's names select_device, gpus, detect and
-Stream.auto_synchronize.
+Stream.auto_synchronize. Types of parameters: cai.typing, cai.array.
 """
 
 from ._cai import (
