@@ -143,7 +143,7 @@
     def __dlpack_device__(self) -> tuple[int, int]: ...
 
 ^cai\._cai\.DeviceNDArray\.__dlpack_c_exchange_api__$:
-    __dlpack_c_exchange_api__: object
+    __dlpack_c_exchange_api__: CapsuleType
 
 ^cai\._cai\.device_array$:
     def device_array(shape: SupportsIndex | Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]], dtype: numpy.typing.DTypeLike = float, strides: Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]] | None = None, order: Literal['C', 'F'] = 'C', stream: StreamLike | None = 0) -> DeviceNDArray:
@@ -204,7 +204,7 @@
         \doc
 
 ^cai\._cai\._C_API$:
-    _C_API: object
+    _C_API: CapsuleType
 
 ^cai\._cai\._element_strides$:
     def _element_strides(arg: object, /) -> tuple[int, ...]:
