@@ -184,10 +184,10 @@ void bind_ipc(nb::module_& m) {
             for (int i = 0; i < b.device_count(); ++i)
               if (b.properties(i).uuid == h.handle.device_uuid)
                 return nb::module_::import_("cai._cai").attr("Device")(i);
-            throw_error(Errc::device_error,
-                        "IpcHandle.device: the exporter's device " +
-                            std::to_string(h.handle.device) + " (uuid " +
-                            uuid_text(h.handle.device_uuid) + ") is not visible in this process");
+            throw_error(Errc::device_error, "IpcHandle.device: the exporter's device " +
+                                                std::to_string(h.handle.device) + " (uuid " +
+                                                uuid_text(h.handle.device_uuid) +
+                                                ") is not visible in this process");
           },
           nb::sig("def device(self) -> Device"),
           "The cai.Device holding the memory, found in this process by its uuid (open() maps "
