@@ -1,4 +1,5 @@
-"""Bandwidth of cai's device operations against CuPy and PyTorch on the same buffers (issue 15).
+"""Bandwidth of cai's device operations against CuPy and PyTorch on the same buffers, and the
+GPU targets of docs/benchmarks.md.
 
 Imported by bench/gpu_interop.py, which runs it and reports it; see docs/benchmarks.md, "GPU".
 

@@ -299,7 +299,7 @@ def markdown(results):
                       None)
         lines += ["", f"Bandwidth of {bw['size']}x{bw['size']} float32, GB/s counting bytes read "
                       f"and written, median of {bw['reps']} samples of {bw['batch']} calls:", "",
-                  "| operation | cai | CuPy | PyTorch | hardware reference | issue 15 target "
+                  "| operation | cai | CuPy | PyTorch | hardware reference | target "
                   "| met |",
                   "|---|--:|--:|--:|--:|---|:-:|"]
         for row in bw["rows"]:

@@ -290,7 +290,7 @@ def measure(rows, rounds: int, min_time: float, number: int | None):
             c.run_round()
 
 
-# ----- targets (issue 7) --------------------------------------------------------------------------
+# ----- per-call targets (docs/benchmarks.md) --------------------------------------------------------------------------
 
 
 def targets(rows, cpp):
@@ -450,7 +450,7 @@ def report(rows, tg, cpp, m, args):
         "",
         *table_lines(rows),
         "",
-        "Targets of issue 7:",
+        "Per-call targets:",
         "",
         "| target | measured | met |",
         "|---|--:|:-:|",

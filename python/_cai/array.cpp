@@ -245,8 +245,43 @@ nb::object wrap(View view, nb::object np_dtype) {
   return obj;
 }
 
+namespace {
+
+// The ml_dtypes module, imported on first need (never when no array of its types is made), or
+// None when it is not installed. Same pattern as numpy_module(): no static guard.
+nb::handle ml_dtypes_module() {
+  static PyObject* mod = nullptr;
+  if (!mod) {
+    PyObject* m = PyImport_ImportModule("ml_dtypes");
+    if (!m) {
+      if (!PyErr_ExceptionMatches(PyExc_ImportError)) throw nb::python_error();
+      PyErr_Clear();
+      m = Py_NewRef(Py_None);
+    }
+    if (mod)
+      Py_DECREF(m);
+    else
+      mod = m;
+  }
+  return mod;
+}
+
+// The Extended format of an ml_dtypes dtype (bfloat16, float8_e4m3fn, ...: NumPy reads them
+// as 'V2', 'V1' or even '<f1', which would lose or refuse the type), or nullopt.
+std::optional<DType> extended_from_numpy(nb::handle dt) {
+  const auto itemsize = nb::cast<std::int64_t>(dt.attr("itemsize"));
+  if (itemsize > 2) return std::nullopt;
+  nb::object module = nb::getattr(dt.attr("type"), "__module__", nb::none());
+  if (!PyUnicode_Check(module.ptr()) || nb::cast<std::string>(module) != "ml_dtypes")
+    return std::nullopt;
+  return DType::from_extended_name(nb::cast<std::string>(dt.attr("name")));
+}
+
+}  // namespace
+
 DType dtype_from_numpy(nb::handle dtype_like, const char* entry) {
   nb::object dt = numpy_module().attr("dtype")(dtype_like);
+  if (auto extended = extended_from_numpy(dt)) return *extended;
   if (nb::cast<bool>(dt.attr("hasobject")))
     throw_error(Errc::type_error, std::string(entry) + ": dtype " + nb::repr(dt).c_str() +
                                       " holds Python objects, which cannot live in device memory");
@@ -255,6 +290,13 @@ DType dtype_from_numpy(nb::handle dtype_like, const char* entry) {
 }
 
 nb::object numpy_dtype(const DType& t) {
+  if (t.extended() != Extended::none) {
+    // ml_dtypes' type when it is installed; else NumPy's opaque 'V2' / 'V1'.
+    nb::handle ml = ml_dtypes_module();
+    const std::string name(t.extended_name());
+    if (!ml.is_none() && nb::hasattr(ml, name.c_str()))
+      return numpy_module().attr("dtype")(ml.attr(name.c_str()));
+  }
   if (!t.is_structured()) return numpy_module().attr("dtype")(nb::str(t.str().c_str()));
   // From names, formats and offsets: np.dtype(descr) would turn the ('', '|Vn') padding
   // entries of a descr into fields named f<i>, a different dtype.
@@ -296,7 +338,7 @@ static nb::object data_to_host(const View& v, nb::handle dt, nb::handle ary,
     if (!target.attr("dtype").equal(dt))
       throw_error(Errc::type_error, "copy_to_host(): ary has dtype " +
                                         std::string(nb::repr(target.attr("dtype")).c_str()) +
-                                        " but the array has dtype " + v.dtype().str());
+                                        " but the array has dtype " + v.dtype().display_name());
     if (!nb::cast<bool>(target.attr("flags").attr("writeable")))
       throw_error(Errc::value_error, "copy_to_host(): ary is read-only");
   }
@@ -382,6 +424,7 @@ static bool truth(PyArray& self) {
 static void setitem(PyArray& self, nb::handle key, nb::handle value) {
   View dst = self.view.index(index_items(key));
   dst.require_writable("__setitem__()", "the array");
+  note_write();
   const auto stream = array_stream(dst);
   if (is_device_value(value)) {
     View src = import_view(value, true, "__setitem__()");
@@ -433,8 +476,10 @@ void bind_array(nb::module_& m) {
                      if (!a.view.mask()) return nb::none();
                      return wrap(*a.view.mask());
                    })
-      .def_prop_ro("__cuda_array_interface__",
-                   exit_safe([](PyArray& a) { return export_interface(a); }))
+      .def_prop_ro("__cuda_array_interface__", exit_safe([](PyArray& a) {
+                     if (!a.view.readonly()) note_write();  // the reader may write
+                     return export_interface(a);
+                   }))
       .def("__len__",
            [](const PyArray& a) {
              if (a.view.ndim() == 0) throw_error(Errc::type_error, "len() of a 0-d array");
@@ -458,6 +503,7 @@ void bind_array(nb::module_& m) {
       .def("copy_to_device", exit_safe([](PyArray& self, nb::handle obj, nb::handle stream) {
              const auto s = stream_arg(stream, "copy_to_device()", array_stream(self.view));
              self.view.require_writable("copy_to_device()", "the array");
+             note_write();
              if (is_device_value(obj)) {
                View src = import_view(obj, true, "copy_to_device()");
                copy(self.view, src, s);
@@ -483,8 +529,11 @@ void bind_array(nb::module_& m) {
           "View of [start, stop) along one axis with the tile-array rules "
           "(0 <= start < N, start <= stop <= N).")
       .def("__repr__", [](PyArray& self) {
-        return "<cai.DeviceNDArray shape=" + format_dims(self.view.shape()) +
-               " dtype=" + std::string(nb::str(array_dtype(self)).c_str()) +
+        std::string dtype = nb::str(array_dtype(self)).c_str();
+        const std::string_view extended = self.view.dtype().extended_name();
+        if (!extended.empty() && dtype != extended)  // without ml_dtypes: 'V1 (float8_e5m2)'
+          dtype += " (" + std::string(extended) + ")";
+        return "<cai.DeviceNDArray shape=" + format_dims(self.view.shape()) + " dtype=" + dtype +
                (self.view.readonly() ? " readonly" : "") + ">";
       });
 
@@ -508,18 +557,19 @@ void bind_array(nb::module_& m) {
           auto s = stream_arg(stream, "device_array_like()", library_default_stream());
           require_stream_of_current_device("device_array_like()", s);
           PyArray* a = as_py_array(ary, "device_array_like()");
-          if (!a && is_device_value(ary)) {
-            // A foreign GPU array: its interface says shape, dtype and order.
-            const View like = import_view(ary, false, "device_array_like()");
+          if (a || is_device_value(ary)) {
+            // A GPU array: its view says shape, dtype (the DLPack-only types included) and
+            // order, and the new array goes to its device, as CuPy's empty_like does.
+            const View like = a ? a->view : import_view(ary, false, "device_array_like()");
             const bool f = !like.layout().is_c_contiguous() && like.layout().is_f_contiguous();
-            return wrap(View::allocate(like.dtype(), like.shape(), f, s));
+            const OperationDevice on("device_array_like()", {{"ary", &like}}, s);
+            return wrap(View::allocate(like.dtype(), like.shape(), f, s),
+                        a ? a->np_dtype : nb::object());
           }
           nb::object shape = ary.attr("shape");
           nb::object dt = numpy_module().attr("dtype")(ary.attr("dtype"));
           bool fortran = false;
-          if (a)
-            fortran = !a->view.layout().is_c_contiguous() && a->view.layout().is_f_contiguous();
-          else if (nb::hasattr(ary, "flags"))
+          if (nb::hasattr(ary, "flags"))
             fortran = !nb::cast<bool>(ary.attr("flags").attr("c_contiguous")) &&
                       nb::cast<bool>(ary.attr("flags").attr("f_contiguous"));
           return wrap(View::allocate(dtype_from_numpy(dt, "device_array_like()"),

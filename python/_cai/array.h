@@ -51,9 +51,12 @@ PyArray* as_py_array(nb::handle obj, const char* entry = "DeviceNDArray");
 View import_view(nb::handle obj, bool sync, const char* entry);
 
 /// Imports an object through DLPack (the C exchange API of its type when it has one, else
-/// __dlpack__). A CPU tensor is copied to the device only with copy=true; otherwise
-/// BufferError. copy=true always gives a new device array.
-View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry);
+/// __dlpack__). Without a target device, a CPU tensor is copied to the device only with
+/// copy=true (otherwise BufferError), and copy=true always gives a new device array. With
+/// one, the array API's rule: the result is on that device, copied there when it must be
+/// (unless copy=false, a BufferError then) or when copy=true.
+View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry,
+                   std::optional<int> target_device = std::nullopt);
 /// True when obj's type exposes the DLPack protocol.
 bool has_dlpack(nb::handle obj);
 

@@ -6,7 +6,9 @@
 
 #include <cxxabi.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -123,6 +125,14 @@ class NoGil {
  private:
   PyThreadState* state_;
 };
+
+/// Counts the writes cai makes or allows to device memory (its operations, assignments, and
+/// exports of writable arrays to other libraries), so that Dask's token of an array changes
+/// when the array may have changed (python/cai/_dask_array.py). One relaxed increment.
+inline std::atomic<std::uint64_t> g_write_epoch{0};
+inline void note_write() noexcept {
+  g_write_epoch.fetch_add(1, std::memory_order_relaxed);
+}
 
 /// Run-time switches (cai.config).
 struct Config {

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "array.h"
+#include "cai/arrays/devices.h"
 #include "cai/arrays/dlpack.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/error.h"
@@ -167,6 +168,7 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
         sync::wait_for(device::backend(), *producer, *consumer);
     }
   }
+  if (!to_host && copy != true && !v.readonly()) note_write();  // the consumer may write
   const DLDevice out_device = to_host ? DLDevice{kDLCPU, 0} : here;
   if (versioned)
     return make_capsule(to_dlpack_versioned(out, flags, &out_device), kVersioned,
@@ -288,20 +290,43 @@ View host_to_device(const View& host, const sync::StreamRef& stream) {
   return dst;
 }
 
+// from_dlpack(..., device=target): the view itself when it is usable on the target device
+// (there already, or pinned or managed memory, which every device reaches) and no copy is
+// asked for; otherwise a copy on the target device, unless copy=false.
+std::optional<View> onto_device(const View& v, std::int32_t device_type, int target,
+                                std::optional<bool> copy) {
+  const int d = device_of(v);
+  const bool usable = d < 0 || d == target || device_type != kDLCUDA;
+  if (usable && copy != true) return std::nullopt;
+  if (!usable && copy == false)
+    throw_error(Errc::buffer_error, "from_dlpack(): the tensor is on device " + std::to_string(d) +
+                                        ", not on device " + std::to_string(target) +
+                                        ", and copy=False forbids the copy there");
+  const DeviceGuard on(target);
+  const sync::StreamRef stream = library_default_stream();  // the target's default stream
+  View dst = View::allocate(v.dtype(), v.shape(), false, stream);
+  NoGil nogil;  // a copy between devices may wait for its staging buffer
+  cai::copy(dst, v, stream);
+  return dst;
+}
+
 View finish_import(View v, const DlpackImport& info, std::optional<bool> copy,
                    std::optional<device::StreamHandle> producer_stream, bool sync,
-                   const char* entry) {
+                   const char* entry, std::optional<int> target) {
   // from_dlpack() speaks DLPack (BufferError); the CAI entry points (as_cuda_array, the ops)
   // follow Numba, whose callers catch TypeError for "not a GPU array".
   const bool dlpack_entry = copy.has_value() || std::string_view(entry) == "from_dlpack()";
   const Errc not_on_device = dlpack_entry ? Errc::buffer_error : Errc::type_error;
   if (info.device.device_type == kDLCPU) {
-    if (copy != true)
+    // A target device asks for an array there: copying is the only way, unless forbidden.
+    if (copy == false || (copy != true && !target))
       throw_error(
           not_on_device,
           std::string(entry) + ": the tensor is in CPU memory, not on the device; " +
-              (dlpack_entry ? "pass copy=True to copy it to the device"
-                            : "copy it with cai.to_device() or cai.from_dlpack(obj, copy=True)"));
+              (!dlpack_entry ? "copy it with cai.to_device() or cai.from_dlpack(obj, copy=True)"
+               : target      ? "copy=False forbids the copy to the device"
+                             : "pass copy=True to copy it to the device"));
+    const DeviceGuard on(target ? *target : -1);
     return host_to_device(v, library_default_stream());
   }
   if (!is_cuda_like(info.device.device_type))
@@ -311,6 +336,10 @@ View finish_import(View v, const DlpackImport& info, std::optional<bool> copy,
                                    "kDLCUDAManaged)");
   if (sync && producer_stream && config().import_sync)
     v.sync()->set_stream(sync::StreamRef{*producer_stream, nullptr});
+  if (target) {
+    if (auto moved = onto_device(v, info.device.device_type, *target, copy)) return *moved;
+    return v;
+  }
   if (copy == true) {
     auto s = v.sync()->stream();
     const sync::StreamRef ref = s ? *s : library_default_stream();
@@ -319,6 +348,18 @@ View finish_import(View v, const DlpackImport& info, std::optional<bool> copy,
     return dst;
   }
   return v;
+}
+
+// The device of a `device=` argument, by cai.Device's own rule (an int in range, a
+// cai.Device; None is handled by the caller).
+int device_number(nb::handle device) {
+  if (PyUnicode_Check(device.ptr()))
+    throw_error(Errc::type_error,
+                "from_dlpack(): device=" + short_repr(device) +
+                    ": cai arrays live in device memory; pass a cai.Device or a device number "
+                    "(numpy.from_dlpack(x, device='cpu') makes host arrays)");
+  nb::object d = nb::module_::import_("cai._cai").attr("Device")(device);
+  return nb::cast<int>(d.attr("id"));
 }
 
 // ----- our C exchange API table ----------------------------------------------------------------
@@ -342,6 +383,7 @@ int api_from_py_object(void* py_object, DLManagedTensorVersioned** out) {
   return guarded([&] {
     PyArray* a = as_py_array(static_cast<PyObject*>(py_object), "dlpack exchange API");
     if (!a) throw_error(Errc::type_error, "dlpack exchange API: not a cai.DeviceNDArray");
+    if (!a->view.readonly()) note_write();
     *out = to_dlpack_versioned(a->view);
   });
 }
@@ -357,6 +399,7 @@ int api_dltensor_from_py_object(void* py_object, DLTensor* out) {
   return guarded([&] {
     PyArray* a = as_py_array(static_cast<PyObject*>(py_object), "dlpack exchange API");
     if (!a) throw_error(Errc::type_error, "dlpack exchange API: not a cai.DeviceNDArray");
+    if (!a->view.readonly()) note_write();
     if (!a->element_strides)
       a->element_strides = std::make_unique<const Dims>(a->view.layout().element_strides());
     fill_dltensor(a->view, *a->element_strides, *out);
@@ -385,7 +428,8 @@ bool has_dlpack(nb::handle obj) {
   return nb::hasattr(obj, "__dlpack__");
 }
 
-View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry) {
+View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry,
+                   std::optional<int> target_device) {
   DlpackImport info{};
   if (const DLPackExchangeAPI* api = exchange_api_of(obj)) {
     DLManagedTensorVersioned* t = nullptr;
@@ -403,7 +447,7 @@ View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const ch
       ps = reinterpret_cast<device::StreamHandle>(producer);
     else if (is_cuda_like(info.device.device_type))
       ps = device::kLegacyDefaultStream;
-    return finish_import(std::move(v), info, copy, ps, sync, entry);
+    return finish_import(std::move(v), info, copy, ps, sync, entry, target_device);
   }
   // Ask where the data is first: a CPU producer must not be given a CUDA stream.
   std::int32_t device_type = kDLCUDA;
@@ -429,7 +473,7 @@ View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const ch
   }
   nb::object capsule = call_dlpack(obj, stream);
   View v = consume_capsule(capsule, info);
-  return finish_import(std::move(v), info, copy, ps, sync, entry);
+  return finish_import(std::move(v), info, copy, ps, sync, entry, target_device);
 }
 
 void bind_dlpack(nb::module_& m) {
@@ -450,13 +494,23 @@ void bind_dlpack(nb::module_& m) {
   cls.attr("__dlpack_c_exchange_api__") = nb::steal(PyCapsule_New(
       const_cast<DLPackExchangeAPI*>(&g_exchange_api), "dlpack_exchange_api", nullptr));
 
-  m.def("from_dlpack", exit_safe([](nb::handle obj, std::optional<bool> copy) {
-          if (as_py_array(obj, "from_dlpack()") && copy != true) return nb::borrow(obj);
-          return wrap(import_dlpack(obj, copy, true, "from_dlpack()"));
+  m.def("from_dlpack", exit_safe([](nb::handle obj, nb::handle device, std::optional<bool> copy) {
+          PyArray* ours = as_py_array(obj, "from_dlpack()");
+          if (device.is_none()) {
+            if (ours && copy != true) return nb::borrow(obj);
+            return wrap(import_dlpack(obj, copy, true, "from_dlpack()"));
+          }
+          const int target = device_number(device);
+          if (!ours) return wrap(import_dlpack(obj, copy, true, "from_dlpack()", target));
+          auto moved = onto_device(ours->view, dlpack_device(ours->view).device_type, target, copy);
+          return moved ? wrap(std::move(*moved), ours->np_dtype) : nb::borrow(obj);
         }),
-        nb::arg("obj").none(), nb::kw_only(), nb::arg("copy") = nb::none(),
+        nb::arg("obj").none(), nb::kw_only(), nb::arg("device").none() = nb::none(),
+        nb::arg("copy") = nb::none(),
         "A DeviceNDArray from any DLPack producer (no copy). CPU tensors are copied to the "
-        "device only with copy=True. The producer's work is ordered before cai's with events.");
+        "device only with copy=True or a device. With `device` (a cai.Device or a number), the "
+        "array is on that device: copied there when it is elsewhere (a BufferError with "
+        "copy=False). The producer's work is ordered before cai's with events.");
 }
 
 }  // namespace cai::python

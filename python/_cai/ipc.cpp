@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "array.h"
+#include "cai/arrays/devices.h"
 #include "cai/arrays/ipc.h"
 #include "cai/core/error.h"
 #include "common.h"
@@ -207,8 +208,21 @@ void bind_ipc(nb::module_& m) {
           nb::sig("def dtype(self) -> numpy.dtype[Any]"))
       .def_prop_ro("readonly", [](const PyIpcHandle& h) { return h.handle.readonly; })
       .def_prop_ro(
-          "device", [](const PyIpcHandle& h) { return h.handle.device; },
-          "The exporter's number for the device (the importer finds it by uuid).")
+          "device",
+          [](const PyIpcHandle& h) {
+            // The device by its uuid: the exporter's number may name another device here.
+            auto& b = device::backend();
+            for (int i = 0; i < b.device_count(); ++i)
+              if (b.properties(i).uuid == h.handle.device_uuid)
+                return nb::module_::import_("cai._cai").attr("Device")(i);
+            throw_error(Errc::device_error, "IpcHandle.device: the exporter's device " +
+                                                std::to_string(h.handle.device) + " (uuid " +
+                                                uuid_text(h.handle.device_uuid) +
+                                                ") is not visible in this process");
+          },
+          nb::sig("def device(self) -> Device"),
+          "The cai.Device holding the memory, found in this process by its uuid (open() maps "
+          "the memory there).")
       .def_prop_ro(
           "offset", [](const PyIpcHandle& h) { return h.handle.offset; },
           "Bytes from the start of the shared allocation to the array's first element.")

@@ -80,6 +80,14 @@ NB_MODULE(_cai, m) {
       },
       "Called at exit (atexit): leak device memory instead of waiting for streams to free it, "
       "and release the Python owners of memory shared with other processes.");
+  m.def(
+      "_set_current_device", [](int id) { cai::device::backend().set_current_device(id); },
+      nb::arg("id"),
+      "Makes device `id` (checked by the caller) current for the calling thread until changed: "
+      "cai.select_device.");
+  m.def(
+      "_write_epoch", [] { return g_write_epoch.load(std::memory_order_relaxed); },
+      "How many writes to device memory cai made or allowed so far (Dask's tokens).");
   m.def("_get_import_sync", [] { return config().import_sync; });
   m.def("_set_import_sync", [](bool v) { config().import_sync = v; });
   m.def("_get_export_stream", [] { return config().export_stream; });

@@ -35,6 +35,7 @@ void bind_elementwise(nb::module_& ops, device::ElementwiseOp op, std::index_seq
         const View vo = import_view(out, true, entry.c_str());
         const View* pointers[] = {&inputs[I]...};
         const auto st = op_stream(stream, vo, entry.c_str());
+        note_write();
         NoGil nogil;  // the backend may wait (staging without memory pools)
         elementwise(op, vo, pointers, st);
       },
@@ -52,6 +53,7 @@ void bind_ops(nb::module_& m) {
         View d = import_view(dst, true, "copy()");
         View s = import_view(src, true, "copy()");
         const auto st = op_stream(stream, d, "copy()");
+        note_write();
         NoGil nogil;  // the backend may wait (staging without memory pools)
         copy(d, s, st);
       },
@@ -66,6 +68,7 @@ void bind_ops(nb::module_& m) {
           throw_error(Errc::type_error, "fill(): value must be a scalar");
         nb::bytes raw = nb::borrow<nb::bytes>(scalar.attr("tobytes")());
         const auto st = op_stream(stream, d, "fill()");
+        note_write();
         NoGil nogil;  // the backend may wait (staging without memory pools)
         fill(d, raw.c_str(), st);
       },

@@ -4,13 +4,20 @@
 # return nb::object say which type it is, the exceptions made with PyErr_NewException get a
 # class statement. New bindings should say their types with nb::sig instead (shape_ops.cpp);
 # tests/python/test_typing.py checks that every entry here names the parameters the function
-# really has, so an entry cannot silently go stale.
+# really has, so an entry cannot silently go stale. Parameters that take any GPU array or any
+# stream use the protocols of cai.typing. Methods that cai's Python code adds to an extension
+# type (python/cai/_devices.py, _numpy_api.py) follow the entry of a method that is bound in C++,
+# which the staleness check reads first.
 
 ^cai\._cai\.__prefix__$:
     import numpy
     import numpy.typing
-    \from collections.abc import Sequence
-    \from typing import Any, Literal, SupportsIndex
+    \from collections.abc import Iterator, Sequence
+    \from contextlib import AbstractContextManager
+    \from types import EllipsisType
+    \from typing import Any, Literal, SupportsIndex, overload
+    \from typing_extensions import CapsuleType
+    \from cai.typing import DeviceArrayLike, DLPackArray, StreamLike
 
     __version__: str
 
@@ -40,7 +47,24 @@
     def per_thread_default_stream() -> Stream: ...
 
 ^cai\._cai\.external_stream$:
-    def external_stream(handle: object) -> Stream:
+    def external_stream(handle: SupportsIndex) -> Stream:
+        \doc
+
+^cai\._cai\.Stream\.synchronize$:
+    def synchronize(self) -> None: ...
+
+    def auto_synchronize(self) -> AbstractContextManager[Stream]:
+        """
+        `with s.auto_synchronize():` gives the block `s` and waits for it when the block
+        ends normally, as Numba's Stream.auto_synchronize.
+        """
+
+^cai\._cai\.Event\.record$:
+    def record(self, stream: StreamLike | None = 0) -> None:
+        \doc
+
+^cai\._cai\.Event\.wait$:
+    def wait(self, stream: StreamLike | None = 0) -> None:
         \doc
 
 ^cai\._cai\.Stream\.__cuda_stream__$:
@@ -73,42 +97,67 @@
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
 
 ^cai\._cai\.DeviceNDArray\.copy_to_host$:
-    def copy_to_host(self, ary: numpy.ndarray[Any, Any] | None = None, stream: object | None = 0) -> numpy.ndarray[Any, Any]:
+    def copy_to_host(self, ary: numpy.ndarray[Any, Any] | None = None, stream: StreamLike | None = 0) -> numpy.ndarray[Any, Any]:
         \doc
 
+^cai\._cai\.DeviceNDArray\.copy_to_device$:
+    def copy_to_device(self, obj: DeviceArrayLike | numpy.typing.ArrayLike, stream: StreamLike | None = 0) -> None:
+        \doc
+
+^cai\._cai\.DeviceNDArray\.copy$:
+    def copy(self, order: Literal['C', 'F', 'A'] = 'C', stream: StreamLike | None = 0) -> DeviceNDArray:
+        \doc
+
+^cai\._cai\.DeviceNDArray\.__len__$:
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Any]:
+        """
+        The elements along the first axis: views, or NumPy scalars for a 1-d array (TypeError
+        for a 0-d array).
+        """
+
 ^cai\._cai\.DeviceNDArray\.__getitem__$:
-    def __getitem__(self, key: object | None) -> Any:
+    @overload
+    def __getitem__(self, key: slice | EllipsisType | None) -> DeviceNDArray:
         """
         A view (basic indexing), or with one integer per axis the element as a NumPy scalar.
         """
+    @overload
+    def __getitem__(self, key: tuple[slice | EllipsisType | None, ...]) -> DeviceNDArray: ...
+    @overload
+    def __getitem__(self, key: SupportsIndex | tuple[SupportsIndex | slice | EllipsisType | None, ...]) -> Any: ...
+
+^cai\._cai\.DeviceNDArray\.__setitem__$:
+    def __setitem__(self, key: SupportsIndex | slice | EllipsisType | tuple[SupportsIndex | slice | EllipsisType | None, ...] | None, value: DeviceArrayLike | numpy.typing.ArrayLike) -> None: ...
 
 ^cai\._cai\.DeviceNDArray\.slice$:
     def slice(self, axis: int, start: int, stop: int) -> DeviceNDArray:
         \doc
 
 ^cai\._cai\.DeviceNDArray\.__dlpack__$:
-    def __dlpack__(self, *, stream: object | None = None, max_version: tuple[int, int] | None = None, dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> object:
+    def __dlpack__(self, *, stream: StreamLike | None = None, max_version: tuple[int, int] | None = None, dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> CapsuleType:
         \doc
 
 ^cai\._cai\.DeviceNDArray\.__dlpack_device__$:
     def __dlpack_device__(self) -> tuple[int, int]: ...
 
 ^cai\._cai\.DeviceNDArray\.__dlpack_c_exchange_api__$:
-    __dlpack_c_exchange_api__: object
+    __dlpack_c_exchange_api__: CapsuleType
 
 ^cai\._cai\.device_array$:
-    def device_array(shape: SupportsIndex | Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]], dtype: numpy.typing.DTypeLike = float, strides: Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]] | None = None, order: Literal['C', 'F'] = 'C', stream: object | None = 0) -> DeviceNDArray:
+    def device_array(shape: SupportsIndex | Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]], dtype: numpy.typing.DTypeLike = float, strides: Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]] | None = None, order: Literal['C', 'F'] = 'C', stream: StreamLike | None = 0) -> DeviceNDArray:
         \doc
 
 ^cai\._cai\.device_array_like$:
-    def device_array_like(ary: object, stream: object | None = 0) -> DeviceNDArray: ...
+    def device_array_like(ary: DeviceArrayLike | numpy.typing.NDArray[Any], stream: StreamLike | None = 0) -> DeviceNDArray: ...
 
 ^cai\._cai\.to_device$:
-    def to_device(obj: object, stream: object | None = 0) -> DeviceNDArray:
+    def to_device(obj: DeviceArrayLike | numpy.typing.ArrayLike, stream: StreamLike | None = 0) -> DeviceNDArray:
         \doc
 
 ^cai\._cai\.as_cuda_array$:
-    def as_cuda_array(obj: object, sync: bool = True) -> DeviceNDArray:
+    def as_cuda_array(obj: DeviceArrayLike, sync: bool = True) -> DeviceNDArray:
         \doc
 
 ^cai\._cai\.from_cuda_array_interface$:
@@ -116,11 +165,46 @@
         \doc
 
 ^cai\._cai\.from_dlpack$:
-    def from_dlpack(obj: object, *, copy: bool | None = None) -> DeviceNDArray:
+    def from_dlpack(obj: DLPackArray, *, device: Device | int | None = None, copy: bool | None = None) -> DeviceNDArray:
+        \doc
+
+^cai\._cai\.Device\.__init__$:
+    def __init__(self, device: int | Device | None = None) -> None:
+        \doc
+
+^cai\._cai\.IpcHandle\.open$:
+    def open(self, stream: StreamLike | None = 0) -> DeviceNDArray:
+        \doc
+
+^cai\._cai\.ops\.__prefix__$:
+    import numpy.typing
+    \from cai.typing import DeviceArrayLike, StreamLike
+
+^cai\._cai\.ops\.copy$:
+    def copy(dst: DeviceArrayLike, src: DeviceArrayLike, stream: StreamLike | None = 0) -> None:
+        \doc
+
+^cai\._cai\.ops\.fill$:
+    def fill(arr: DeviceArrayLike, value: numpy.typing.ArrayLike, stream: StreamLike | None = 0) -> None:
+        \doc
+
+^cai\._cai\.ops\.add$:
+    def add(a: DeviceArrayLike, b: DeviceArrayLike, out: DeviceArrayLike, stream: StreamLike | None = 0) -> None:
+        \doc
+
+^cai\._cai\.sim\.__prefix__$:
+    \from cai.typing import StreamLike
+
+^cai\._cai\.sim\.delay$:
+    def delay(stream: StreamLike, seconds: float) -> None:
+        \doc
+
+^cai\._cai\.sim\.hold$:
+    def hold(stream: StreamLike) -> Gate:
         \doc
 
 ^cai\._cai\._C_API$:
-    _C_API: object
+    _C_API: CapsuleType
 
 ^cai\._cai\._element_strides$:
     def _element_strides(arg: object, /) -> tuple[int, ...]:

@@ -9,7 +9,8 @@ Operations: cai.ops.copy, cai.ops.fill, cai.ops.add. Switches: cai.config. Simul
 What runs here: show_config(). The stream waits cai enqueues: trace_waits(); the calls a GPU
 charges for: device_call_counts().
 Devices and processes: Device, device_count, current_device, IpcHandle, ipc_collect,
-cai.multiprocessing (docs/scale-out.md).
+cai.multiprocessing (docs/scale-out.md); Numba's names select_device, gpus, detect and
+Stream.auto_synchronize. Types of parameters: cai.typing, cai.array.
 """
 
 from ._cai import (
@@ -52,7 +53,11 @@ from . import config
 from ._info import show_config
 from ._tile import Array
 from ._trace import WaitTrace, trace_waits
-from . import _scaleout  # pickling, Dask serializers (lazily), IPC exit warning
+from ._devices import detect, gpus, select_device
+from . import _scaleout  # pickling, Dask registrations (lazily), IPC exit warning
+from . import _numpy_api  # __array_function__ (np.concatenate on the device), __iter__
+from . import typing  # the protocols of cai's parameters (cai.typing.DeviceArrayLike, ...)
+from .typing import array as array  # extension modules' parameters, in stubs
 
 from ._cai import __version__ as __version__
 
@@ -63,5 +68,6 @@ __all__ = [
     "ops", "per_thread_default_stream", "show_config", "sim", "stream", "synchronize",
     "to_device", "trace_waits", "WaitTrace",
     "Device", "current_device", "device_count", "IpcHandle", "ipc_collect",
-    "device_call_counts", "reset_device_call_counts",
+    "device_call_counts", "reset_device_call_counts", "select_device", "gpus", "detect",
+    "typing", "array",
 ]

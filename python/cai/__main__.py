@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import sys
@@ -37,7 +38,10 @@ def _demo(args: argparse.Namespace) -> int:
 def _info(args: argparse.Namespace) -> int:
     from ._info import show_config
 
-    show_config(as_json=args.json)
+    if args.json:
+        print(json.dumps(show_config(as_json=True), indent=2))
+    else:
+        show_config()
     return 0
 
 

@@ -53,7 +53,7 @@ class ProducerArray:
         }
 
     # The library's own "kernels", queued on its stream.
-    def fill(self, value: object) -> None:
+    def fill(self, value: npt.ArrayLike) -> None:
         cai.ops.fill(self, value, stream=self.stream)
 
     def iota(self) -> None:

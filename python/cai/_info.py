@@ -9,12 +9,11 @@ packages' metadata: nothing heavy is imported.
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
 import pathlib
 import platform
 import sys
-from typing import IO, Any
+from typing import IO, Any, Literal, overload
 
 from . import _cai
 
@@ -89,6 +88,14 @@ def collect() -> dict[str, Any]:
     }
 
 
+def device_line(d: dict[str, Any], backend: str) -> str:
+    """One device of collect()["devices"], as show_config() and cai.detect() print it."""
+    cc = ".".join(map(str, d["compute_capability"]))
+    what = "simulated" if backend == "simulator" else f"compute capability {cc}"
+    return (f"device {d['ordinal']}: {d['name']}, {what}, {d['total_memory'] / 2**30:.1f} GiB, "
+            f"{d['multiprocessors']} multiprocessors")
+
+
 def _lines(info: dict[str, Any]) -> list[str]:
     cuda = info["cuda"]
     distribution = info["distribution"] or "not installed"
@@ -101,11 +108,7 @@ def _lines(info: dict[str, Any]) -> list[str]:
                    "(docs/simulator.md)")
         detection = "on" if info["simulator"]["race_detection"] else "off"
         out.append(f"  race detection: {detection} (cai.sim.set_race_detection)")
-    for d in info["devices"]:
-        cc = ".".join(map(str, d["compute_capability"]))
-        what = "simulated" if info["backend"] == "simulator" else f"compute capability {cc}"
-        out.append(f"  device {d['ordinal']}: {d['name']}, {what}, "
-                   f"{d['total_memory'] / 2**30:.1f} GiB, {d['multiprocessors']} multiprocessors")
+    out += [f"  {device_line(d, info['backend'])}" for d in info["devices"]]
     kernels = ("compiled to PTX" if cuda["kernels"]
                else "no PTX (no nvcc at build time): they run on the simulated driver only")
     out.append(f"Driver API requested: CUDA {cuda_version_text(cuda['api_version'])}; "
@@ -127,12 +130,21 @@ def _lines(info: dict[str, Any]) -> list[str]:
     return out
 
 
-def show_config(file: IO[str] | None = None, *, as_json: bool = False) -> None:
+@overload
+def show_config(file: IO[str] | None = None, *, as_json: Literal[False] = False) -> None: ...
+
+
+@overload
+def show_config(file: IO[str] | None = None, *, as_json: Literal[True]) -> dict[str, Any]: ...
+
+
+def show_config(file: IO[str] | None = None, *, as_json: bool = False) -> dict[str, Any] | None:
     """Prints the backend, devices, CUDA driver and toolkit, simulator state, switches and the
-    installed array libraries (what a bug report should include)."""
-    stream = sys.stdout if file is None else file
+    installed array libraries (what a bug report should include) to `file` (stdout by default).
+    With as_json=True it prints nothing and returns the same facts as a dict of JSON types
+    (what `python -m cai info --json` writes)."""
     info = collect()
     if as_json:
-        print(json.dumps(info, indent=2), file=stream)
-    else:
-        print("\n".join(_lines(info)), file=stream)
+        return info
+    print("\n".join(_lines(info)), file=sys.stdout if file is None else file)
+    return None

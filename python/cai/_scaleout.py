@@ -1,5 +1,6 @@
 """Arrays leaving the process (docs/scale-out.md): pickling and copy.deepcopy of
-DeviceNDArray, the lazy registration of Dask serializers, and the exit-time warning about
+DeviceNDArray and of cai's functions, the lazy registrations with Dask (serializers, sizeof,
+tokens, dask.array's dispatch), and the exit-time warning about
 memory still shared with other processes.
 
 Pickling copies to the host (as Numba and CuPy do): the receiver gets a new device array with
@@ -9,6 +10,7 @@ cai.multiprocessing makes multiprocessing send arrays as IPC handles instead (no
 """
 
 import atexit
+import copyreg
 import importlib.abc
 import importlib.machinery
 import pickle
@@ -80,22 +82,70 @@ setattr(DeviceNDArray, "__deepcopy__", _deepcopy)
 setattr(DeviceNDArray, "__copy__", _deepcopy)
 
 
-# Dask: serializers registered when distributed.protocol is imported, never importing it here.
+# cai's functions pickle by reference, as Python's own functions do (`client.submit(cai.to_device,
+# x)`, `map_blocks(cai.to_device)`): nanobind's function types have no pickle support.
 
-def _register_dask() -> None:
+def _reduce_function(f: Any) -> str:
+    """A module-level function or an unbound method: its qualified name, which pickle looks up
+    in `f.__module__` on load (and checks that it finds `f` itself when dumping)."""
+    return str(f.__qualname__)
+
+
+def _reduce_bound_method(m: Any) -> tuple[Callable[[object, str], Any], tuple[object, str]]:
+    """`arr.copy_to_host`: the object (pickled by its own rules) and the method's name."""
+    return getattr, (m.__self__, m.__name__)
+
+
+copyreg.pickle(type(_cai.to_device), _reduce_function)
+copyreg.pickle(type(DeviceNDArray.copy_to_host), _reduce_function)
+# The bound-method type, from a method bound to any object (binding checks nothing).
+copyreg.pickle(type(DeviceNDArray.copy_to_host.__get__(object())), _reduce_bound_method)
+
+
+# Dask: cai registers with each Dask module right after it is imported (or at once if it
+# already is), never importing Dask here. Workers get the registrations when they unpickle the
+# array's type, which imports cai.
+
+def _register_serializers() -> None:
     from . import _dask
 
     _dask.register()
 
 
-class _DaskHook(importlib.abc.MetaPathFinder):
-    """Registers cai's serializers right after `distributed.protocol` is imported."""
+def _register_sizeof() -> None:
+    from . import _dask_array
 
-    _name = "distributed.protocol"
+    _dask_array.register_sizeof()
+
+
+def _register_tokenize() -> None:
+    from . import _dask_array
+
+    _dask_array.register_tokenize()
+
+
+def _register_array() -> None:
+    from . import _dask_array
+
+    _dask_array.register_array()
+
+
+# Module -> what cai registers with it once it is imported.
+_DASK_MODULES: dict[str, Callable[[], None]] = {
+    "distributed.protocol": _register_serializers,
+    "dask.sizeof": _register_sizeof,
+    "dask.tokenize": _register_tokenize,
+    "dask.array.dispatch": _register_array,
+}
+_pending = dict(_DASK_MODULES)  # the modules not imported yet
+
+
+class _DaskHook(importlib.abc.MetaPathFinder):
+    """Runs cai's registration for a Dask module right after the module is imported."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != self._name:
+        if fullname not in _pending:
             return None
         # Find the real spec with the other finders, then run our registration after it loads.
         for finder in sys.meta_path:
@@ -113,8 +163,7 @@ class _DaskHook(importlib.abc.MetaPathFinder):
 
         def exec_then_register(module: types.ModuleType) -> None:
             exec_module(module)
-            _uninstall_hook()
-            _register_dask()
+            _registered(fullname)
 
         setattr(loader, "exec_module", exec_then_register)
         return spec
@@ -123,16 +172,21 @@ class _DaskHook(importlib.abc.MetaPathFinder):
 _hook = _DaskHook()
 
 
-def _uninstall_hook() -> None:
-    try:
-        sys.meta_path.remove(_hook)
-    except ValueError:
-        pass
+def _registered(name: str) -> None:
+    """Registers with module `name`, once; the hook goes when nothing is pending."""
+    register = _pending.pop(name, None)
+    if not _pending:
+        try:
+            sys.meta_path.remove(_hook)
+        except ValueError:
+            pass
+    if register is not None:
+        register()
 
 
-if _DaskHook._name in sys.modules:
-    _register_dask()
-else:
+for _name in [name for name in _DASK_MODULES if name in sys.modules]:
+    _registered(_name)
+if _pending:
     sys.meta_path.insert(0, _hook)
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from . import _cai
 
 if TYPE_CHECKING:
     import numpy
+    from typing_extensions import CapsuleType
+
+    from .typing import DeviceArrayLike, DLPackArray, StreamLike
 
 
 class Array:
@@ -19,13 +22,13 @@ class Array:
     _data: _cai.DeviceNDArray
     _strides: tuple[int, ...]
 
-    def __init__(self, obj: object) -> None:
+    def __init__(self, obj: DeviceArrayLike | Array) -> None:
         if isinstance(obj, Array):
             self._data = obj._data
         elif isinstance(obj, _cai.DeviceNDArray):
             self._data = obj
         elif hasattr(obj, "__dlpack__"):
-            self._data = _cai.from_dlpack(obj)
+            self._data = _cai.from_dlpack(cast("DLPackArray", obj))
         else:
             self._data = _cai.as_cuda_array(obj)
         self._strides = Array._element_strides(self._data)
@@ -71,9 +74,10 @@ class Array:
     def __cuda_array_interface__(self) -> dict[str, Any]:
         return self._data.__cuda_array_interface__
 
-    def __dlpack__(self, *, stream: object | None = None,
+    def __dlpack__(self, *, stream: StreamLike | None = None,
                    max_version: tuple[int, int] | None = None,
-                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> object:
+                   dl_device: tuple[int, int] | None = None,
+                   copy: bool | None = None) -> CapsuleType:
         return self._data.__dlpack__(stream=stream, max_version=max_version,
                                      dl_device=dl_device, copy=copy)
 

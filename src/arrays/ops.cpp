@@ -32,9 +32,9 @@ void require_same_shape(const View& a, const View& b, const char* entry, const c
 void require_same_dtype(const View& a, const View& b, const char* entry, const char* an,
                         const char* bn) {
   if (!(a.dtype() == b.dtype()))
-    throw_error(Errc::type_error, std::string(entry) + ": " + an + " has dtype " + a.dtype().str() +
-                                      " but " + bn + " has dtype " + b.dtype().str() +
-                                      "; the dtypes must be equal");
+    throw_error(Errc::type_error, std::string(entry) + ": " + an + " has dtype " +
+                                      a.dtype().display_name() + " but " + bn + " has dtype " +
+                                      b.dtype().display_name() + "; the dtypes must be equal");
 }
 
 Operand operand(const View& v) {

@@ -39,7 +39,8 @@ std::string typed_view_message(const View& v, const TypedViewSpec& spec, TypedVi
              " but its dtype '" + spec.dtype.str() + "' has itemsize " +
              std::to_string(spec.dtype.itemsize()) + "; fix the DTypeTraits specialisation";
     case TypedViewMismatch::dtype:
-      return out + "dtype is '" + v.dtype().str() + "', expected '" + spec.dtype.str() + "'";
+      return out + "dtype is '" + v.dtype().display_name() + "', expected '" +
+             spec.dtype.display_name() + "'";
     case TypedViewMismatch::ndim:
       return out + "ndim is " + std::to_string(v.ndim()) + " (shape " + format_dims(v.shape()) +
              "), expected " + std::to_string(spec.ndim);

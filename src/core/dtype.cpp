@@ -569,6 +569,25 @@ DType DType::from_dlpack(DLDataType t) {
   dlpack_unsupported(t, "is not supported");  // unreachable: every code up to 17 is handled
 }
 
+std::optional<DType> DType::from_extended_name(std::string_view name) {
+  for (const ExtendedInfo& e : kExtended) {
+    if (name == e.name) return from_dlpack(DLDataType{e.code, e.bits, 1});
+  }
+  return std::nullopt;
+}
+
+std::string_view DType::extended_name() const noexcept {
+  for (const ExtendedInfo& e : kExtended) {
+    if (e.ext == extended_) return e.name;
+  }
+  return {};
+}
+
+std::string DType::display_name() const {
+  if (extended_ == Extended::none) return str();
+  return str() + " (" + std::string(extended_name()) + ")";
+}
+
 DLDataType DType::to_dlpack() const {
   auto make = [](std::uint8_t code, std::int64_t bits) {
     return DLDataType{code, static_cast<std::uint8_t>(bits), 1};

@@ -149,6 +149,69 @@ class DLWrapper:
         return self.arr.__dlpack_device__()
 
 
+# ----- DLPack structs through ctypes: any type code, as a foreign producer writes it -------------
+
+import ctypes  # noqa: E402
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
+                ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
+
+
+ctypes.pythonapi.PyCapsule_New.restype = ctypes.py_object
+ctypes.pythonapi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+ctypes.pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
+ctypes.pythonapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def dlpack_type(capsule):
+    """(code, bits, lanes) of the tensor in a 'dltensor_versioned' capsule."""
+    ptr = ctypes.pythonapi.PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+    t = _DLManagedTensorVersioned.from_address(ptr).dl_tensor.dtype
+    return t.code, t.bits, t.lanes
+
+
+class TypedDLPack:
+    """A foreign DLPack 1.3 producer written with ctypes, as a C library would: it describes the
+    bytes of a 1-d cai array as elements of any DLPack type (code, bits), e.g. the float8
+    codes, which no NumPy type names (sub-byte types take one byte each). No deleter: the
+    producer keeps the struct and the memory alive, so it must outlive what imports it."""
+
+    def __init__(self, base, code, bits):
+        assert base.ndim == 1 and base.is_c_contiguous()
+        self.base = base
+        self.shape = (ctypes.c_int64 * 1)(base.nbytes // max(1, bits // 8))
+        self.strides = (ctypes.c_int64 * 1)(1)
+        self.tensor = _DLManagedTensorVersioned(
+            major=1, minor=3, dl_tensor=_DLTensor(
+                data=base.ptr, device=_DLDevice(2, 0), ndim=1, dtype=_DLDataType(code, bits, 1),
+                shape=self.shape, strides=self.strides, byte_offset=0))
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self.base.synchronize()  # a simple producer: its data are ready when it hands them out
+        return ctypes.pythonapi.PyCapsule_New(ctypes.addressof(self.tensor),
+                                              b"dltensor_versioned", None)
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
 # ----- subprocesses and build folders ----------------------------------------------------------
 
 import os  # noqa: E402

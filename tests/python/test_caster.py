@@ -108,8 +108,9 @@ def test_overloads_pick_the_fitting_one(probe):
 
 def test_signature_text_is_the_python_name(probe):
     assert probe.signature() == "cai.array[float32, ndim=2, c_contig, writable]"
-    assert "x: cai.array[float32, ndim=2]" in probe.axpy.__doc__
-    assert "y: cai.array[float32, ndim=2, writable]" in probe.axpy.__doc__
+    # In signatures (and stubs), valid Python: cai.array of cai/typing.py with the spec.
+    assert 'x: cai.array[typing.Literal["float32, ndim=2"]]' in probe.axpy.__doc__
+    assert 'y: cai.array[typing.Literal["float32, ndim=2, writable"]]' in probe.axpy.__doc__
 
 
 def test_cast_in_cpp(probe):

@@ -13,6 +13,7 @@ import cai
 from helpers import host_bytes, run_isolated
 from scale_helpers import run_python
 
+import dask.array as da  # requirements.txt: distributed brings dask
 from distributed.protocol import deserialize, serialize  # requirements.txt: never skipped
 
 STRUCT = np.dtype([("x", "<f8"), ("n", ">i2")])
@@ -264,3 +265,171 @@ def test_a_mask_header_of_another_shape_is_refused(family):
         header["sub-header"]["mask"]["strides"] = [6, 1]
     with pytest.raises(ValueError, match=r"mask: shape \(2, 6\) differs from the data shape"):
         deserialize(header, frames)
+
+# ----- sizeof, tokens, functions, dask.array (docs/scale-out.md, "dask.array") -----------------
+
+def test_import_cai_imports_no_dask_and_registers_when_dask_comes():
+    r = run_python(textwrap.dedent("""
+        import sys, cai, numpy as np
+        assert not [m for m in sys.modules if m.split(".")[0] in ("dask", "distributed")]
+        from dask.sizeof import sizeof
+        from dask.tokenize import tokenize
+        import dask.array as da
+        a = cai.device_array((1024, 4096), dtype=np.float32)
+        print(sizeof(a), tokenize(a) == tokenize(a), type(da.from_array(a)._meta).__name__)
+    """))
+    assert r.returncode == 0 and r.stdout.split() == [str(16 * 2**20), "True",
+                                                      "DeviceNDArray"], r.stderr
+
+
+def test_registered_when_dask_came_first():
+    r = run_python(textwrap.dedent("""
+        import dask.array, dask.sizeof, numpy as np
+        import cai
+        print(dask.sizeof.sizeof(cai.device_array(1000, dtype=np.int16)))
+    """))
+    assert r.returncode == 0 and r.stdout.strip() == "2000", r.stderr
+
+
+def test_sizeof_counts_the_device_bytes():
+    from dask.sizeof import sizeof
+
+    a = cai.device_array((1024, 4096), dtype=np.float32)
+    assert sizeof(a) == 16 * 2**20
+    assert sizeof(a[::2]) == 8 * 2**20
+
+
+def test_tokens_are_cheap_and_change_when_the_array_may_have():
+    from dask.tokenize import tokenize
+
+    a = cai.to_device(np.arange(1000.0))
+    first = tokenize(a)
+    assert tokenize(a) == first                       # deterministic while nothing writes
+    assert tokenize(cai.to_device(np.arange(1000.0))) != first  # another array: another token
+    assert tokenize(a[:]) != tokenize(a[:])           # two views alive at once
+    writes = [lambda: a.__setitem__(0, 5.0), lambda: cai.ops.fill(a, 1.0),
+              lambda: cai.ops.copy(a, cai.device_array_like(a)),
+              lambda: a.copy_to_device(np.zeros(1000)), lambda: a.__cuda_array_interface__,
+              lambda: a.__dlpack__()]
+    for write in writes:                              # cai writes, or lets a reader write
+        before = tokenize(a)
+        write()
+        assert tokenize(a) != before
+    ro = cai.from_cuda_array_interface({**a.__cuda_array_interface__, "data": (a.ptr, True)},
+                                       owner=a)
+    before = tokenize(ro)
+    ro.__cuda_array_interface__                        # a read-only export lets nobody write
+    assert tokenize(ro) == before
+
+
+def test_tokens_never_pickle_the_array(monkeypatch):
+    from dask.tokenize import tokenize
+
+    def refuse(self, protocol):
+        raise AssertionError("tokenize pickled the array (a host copy)")
+
+    monkeypatch.setattr(cai.DeviceNDArray, "__reduce_ex__", refuse)
+    tokenize(cai.device_array(1 << 20))
+
+
+def test_a_freed_arrays_token_is_not_reused():
+    from dask.tokenize import tokenize
+
+    a = cai.device_array(4096)
+    old = tokenize(a), a.ptr
+    del a
+    b = cai.device_array(4096)                         # often at the same address
+    assert tokenize(b) != old[0]
+
+
+def _refuse_host_copies(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a chunk was copied to the host")
+
+    monkeypatch.setattr(cai.DeviceNDArray, "__array__", refuse)
+    monkeypatch.setattr(cai.DeviceNDArray, "copy_to_host", refuse)
+
+
+DEVICE_OPS = {
+    "from_array": lambda d: d,
+    "rechunk": lambda d: d.rechunk((1, 6)),
+    "concatenate": lambda d: da.concatenate([d, d[:, ::-1]], axis=1),
+    "stack": lambda d: da.stack([d, d], axis=1),
+    "block": lambda d: da.block([[d], [d]]),
+    "slicing": lambda d: d[1:, None, ::2][..., 1],
+    "transpose": lambda d: d.T.swapaxes(0, 1).transpose(),
+    "moveaxis": lambda d: da.moveaxis(d[None], 0, 2),
+    "reshape": lambda d: d.reshape(4, 2, 3).reshape(24),
+    "ravel": lambda d: d.ravel(),
+    "flip": lambda d: da.flip(d, 1),
+    "expand_squeeze": lambda d: da.expand_dims(d, 0).squeeze(),
+    "copy": lambda d: d.copy(),
+}
+
+
+@pytest.mark.parametrize("op", list(DEVICE_OPS))
+def test_dask_array_keeps_cai_chunks_on_the_device(op, monkeypatch):
+    import dask
+
+    host = np.arange(24.0).reshape(4, 6)
+    d = da.from_array(cai.to_device(host), chunks=(2, 3))
+    expected = DEVICE_OPS[op](da.from_array(host, chunks=(2, 3))).compute()
+    result = DEVICE_OPS[op](d)
+    assert "chunktype=cai.DeviceNDArray" in repr(result)
+    _refuse_host_copies(monkeypatch)
+    with dask.config.set(scheduler="synchronous"):
+        chunks = dask.compute(*result.to_delayed().ravel())
+        out = result.compute()
+    monkeypatch.undo()
+    assert all(isinstance(c, cai.DeviceNDArray) for c in chunks)
+    assert isinstance(out, cai.DeviceNDArray)
+    np.testing.assert_array_equal(out.copy_to_host(), expected)
+
+
+def test_dask_array_operations_on_the_host_say_so():
+    host = np.arange(24.0).reshape(4, 6)
+    d = da.from_array(cai.to_device(host), chunks=(2, 3))
+    total = d.sum(axis=0)                              # NumPy's sum: chunks copied to the host
+    assert "chunktype=numpy.ndarray" in repr(total)
+    np.testing.assert_array_equal(total.compute(), host.sum(axis=0))
+    np.testing.assert_array_equal(d.to_backend("numpy").compute(), host)
+    with pytest.raises(TypeError, match="unsupported operand"):
+        (d + 1).compute()                              # cai arrays have no operators
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, worker_dashboard_address=None) as cluster, \
+            Client(cluster) as c:
+        yield c
+
+
+def test_cai_functions_travel_to_workers(client):
+    made = client.submit(cai.to_device, np.arange(5.0), pure=False).result(timeout=60)
+    assert isinstance(made, cai.DeviceNDArray)
+    np.testing.assert_array_equal(made.copy_to_host(), np.arange(5.0))
+    on_device = da.from_array(np.arange(12.0), chunks=4).map_blocks(cai.to_device)
+    assert "chunktype=cai.DeviceNDArray" in repr(on_device)
+    result = client.compute(on_device).result(timeout=60)
+    assert isinstance(result, cai.DeviceNDArray)
+    np.testing.assert_array_equal(result.copy_to_host(), np.arange(12.0))
+
+
+def _chunk_types(block):
+    import cai
+
+    return np.full((1,) * block.ndim, isinstance(block, cai.DeviceNDArray))
+
+
+def test_dask_array_on_a_cluster(client):
+    host = np.arange(48.0).reshape(6, 8)
+    d = da.from_array(cai.to_device(host), chunks=(3, 4))
+    moved = da.stack([d.rechunk((2, 8)), d.T.T], axis=0)   # regrouped across workers
+    on_device = moved.map_blocks(_chunk_types, dtype=bool, meta=np.array((), bool))
+    assert client.compute(on_device).result(timeout=60).all()
+    result = client.compute(moved).result(timeout=60)
+    assert isinstance(result, cai.DeviceNDArray)
+    np.testing.assert_array_equal(result.copy_to_host(), np.stack([host, host]))

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import cai
-from helpers import DictProducer
+from helpers import CaiOnly, DictProducer, DLWrapper
 from scale_helpers import TIMEOUT, Child, importer
 
 TWO = cai.device_count() >= 2
@@ -283,7 +283,7 @@ def test_ipc_on_device_1():
     with cai.Device(1):
         b1 = cai.to_device(np.arange(4.0))
     h = b1.get_ipc_handle()
-    assert h.device == 1
+    assert h.device == cai.Device(1) and isinstance(h.device, cai.Device)
     with Child(importer) as c:
         c.send("open", h, "x")
         assert c.recv() == ("opened", (4,), "<f8", 1)
@@ -294,3 +294,73 @@ def test_ipc_on_device_1():
         c.send("exit")
         c.recv()
     np.testing.assert_array_equal(b1.copy_to_host(), np.full(4, 8.0))
+
+
+@two_devices
+def test_select_device_makes_a_device_current_until_changed():
+    assert cai.select_device(1) == cai.Device(1) == cai.current_device()
+    assert cai.device_array(4).device == cai.Device(1)
+    with cai.Device(0):
+        cai.select_device(1)                  # inside a block: the block's end restores
+        assert cai.current_device() == cai.Device(1)
+    assert cai.current_device() == cai.Device(1)  # what was current before the block
+    assert cai.select_device(cai.Device(0)) == cai.current_device() == cai.Device(0)
+    with pytest.raises(ValueError, match="device 2 out of range"):
+        cai.select_device(2)
+    with pytest.raises(TypeError, match="got bool"):
+        cai.select_device(True)
+    assert cai.current_device() == cai.Device(0)
+
+
+@two_devices
+def test_gpus_lists_the_devices_as_context_managers():
+    assert len(cai.gpus) == 2 and list(cai.gpus) == [cai.Device(0), cai.Device(1)]
+    assert cai.gpus[-1] == cai.gpus[1] == cai.Device(1) and list(cai.gpus[:1]) == [cai.Device(0)]
+    with cai.gpus[1]:
+        assert cai.gpus.current == cai.Device(1)
+        a = cai.device_array(3)
+    assert a.device == cai.Device(1) and cai.gpus.current == cai.Device(0)
+    with pytest.raises(IndexError):
+        cai.gpus[2]
+
+
+@two_devices
+def test_device_array_like_follows_its_argument_not_the_current_device():
+    with cai.Device(1):
+        b = cai.to_device(np.asfortranarray(np.arange(6.0).reshape(2, 3)))
+        foreign = CaiOnly(cai.to_device(np.arange(4, dtype=np.int16)))
+    like = cai.device_array_like(b)           # device 0 is current
+    assert like.device == cai.Device(1) and like.is_f_contiguous()
+    assert like.shape == b.shape and like.dtype == b.dtype
+    assert cai.device_array_like(foreign).device == cai.Device(1)
+    assert cai.device_array_like(np.zeros(3)).device == cai.Device(0)  # host: the current one
+    with cai.Device(1):
+        s1 = cai.stream()
+    assert cai.device_array_like(b, stream=s1).stream == s1
+    with pytest.raises(ValueError, match="device"):
+        cai.device_array_like(b, stream=cai.stream())  # a device-0 stream for a device-1 array
+
+
+@two_devices
+def test_from_dlpack_with_a_device():
+    host = np.arange(6.0)
+    a0 = cai.to_device(host)
+    assert cai.from_dlpack(a0, device=0) is a0                     # there already: no copy
+    assert cai.from_dlpack(a0, device=cai.Device(0), copy=True) is not a0
+    a1 = cai.from_dlpack(a0, device=1)                             # elsewhere: copied there
+    assert a1.device == cai.Device(1) and a1.ptr != a0.ptr
+    np.testing.assert_array_equal(a1.copy_to_host(), host)
+    via_dlpack = cai.from_dlpack(DLWrapper(a0), device=cai.Device(1))
+    assert via_dlpack.device == cai.Device(1)
+    np.testing.assert_array_equal(via_dlpack.copy_to_host(), host)
+    from_host = cai.from_dlpack(host, device=1)                    # copy=None: copies if needed
+    assert from_host.device == cai.Device(1)
+    np.testing.assert_array_equal(from_host.copy_to_host(), host)
+    with pytest.raises(BufferError, match="on device 0, not on device 1, and copy=False"):
+        cai.from_dlpack(a0, device=1, copy=False)
+    with pytest.raises(BufferError, match="CPU memory.*copy=False"):
+        cai.from_dlpack(host, device=1, copy=False)
+    with pytest.raises(ValueError, match="device 2 out of range"):
+        cai.from_dlpack(a0, device=2)
+    with pytest.raises(TypeError, match="device='cpu': cai arrays live in device memory"):
+        cai.from_dlpack(a0, device="cpu")

@@ -4,8 +4,10 @@ passes and a program with mistakes is caught; every refinement in python/_cai/st
 names the parameters the function really has."""
 
 import ast
+import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -57,6 +59,25 @@ except ValueError as e:
 except cai.DeviceError:
     pass
 print(shape, host.shape, len(pieces), first, desc["shape"], lines, strides, stream_or_none, len(sizes))
+
+# The protocols of cai.typing, the DLPack capsule type, indexing and iteration, Numba's names.
+def total(x: cai.typing.DeviceArrayLike, s: cai.typing.StreamLike | None = None) -> float:
+    out = cai.device_array(1, dtype=np.float32)
+    cai.ops.copy(out, cai.as_cuda_array(x)[:1], stream=s)
+    return float(np.from_dlpack(out, device="cpu", copy=True)[0])
+
+
+view: cai.DeviceNDArray = m[1:, ::2]
+rows: cai.DeviceNDArray = m[..., None]
+element = m[0, 1]
+items = [row for row in m]
+with s.auto_synchronize() as same_stream:
+    moved: cai.DeviceNDArray = cai.from_dlpack(a, device=cai.gpus[0], copy=False)
+picked: cai.Device = cai.select_device(0)
+found: bool = cai.detect()
+info: dict[str, object] = cai.show_config(as_json=True)
+print(total(a, s), total(a, 2), view.shape, rows.shape, element, len(items), moved.device,
+      picked, found, same_stream, len(info), a.get_ipc_handle().device.id)
 '''
 
 BAD = '''
@@ -69,6 +90,10 @@ s: cai.Stream = cai.default_stream().synchronize()
 cai.config.EXPORT_STREAM = "no"
 a.no_such_method()
 b: cai.DeviceNDArray = next(a.split("2"))
+cai.ops.add(1, 2, 3)
+cai.Device("0")
+a.copy_to_host(stream="s")
+v: int = a[1:]
 '''
 
 
@@ -86,7 +111,8 @@ def workdir(tmp_path_factory):
 def test_stubs_and_py_typed_are_installed_next_to_the_module():
     assert (INSTALLED / "py.typed").is_file()
     stub = (INSTALLED / "_cai" / "__init__.pyi").read_text()
-    assert "def as_cuda_array(obj: object, sync: bool = True) -> DeviceNDArray:" in stub
+    assert "def as_cuda_array(obj: DeviceArrayLike, sync: bool = True) -> DeviceNDArray:" in stub
+    assert "-> CapsuleType:" in stub and "stream: object" not in stub
     assert "def reshape(self, *shape: int | Sequence[int], order: Literal['C', 'F', 'A'] = 'C')" \
         " -> DeviceNDArray:" in stub
     assert "class DeviceError(RuntimeError):" in stub
@@ -121,6 +147,10 @@ def test_mistakes_are_caught(workdir):
         8: 'has type "str", variable has type "bool"',
         9: '"DeviceNDArray" has no attribute "no_such_method"',
         10: '"split" of "DeviceNDArray" has incompatible type "str"',
+        11: '"add" has incompatible type "int"; expected "CudaArrayInterface | DLPackArray"',
+        12: '"Device" has incompatible type "str"',
+        13: '"copy_to_host" of "DeviceNDArray" has incompatible type "str"',
+        14: '"DeviceNDArray", variable has type "int"',
     }
     for line, fragment in expected.items():
         assert line in errors and fragment in errors[line], (line, fragment, r.stdout)
@@ -196,3 +226,92 @@ def test_a_stale_pattern_entry_is_detected():
                   "def as_cuda_array(obj: object, *, sync: bool = True) -> DeviceNDArray:",
                   "def as_cuda_array(obj: object) -> DeviceNDArray:"):
         assert stale_entry("cai._cai.as_cuda_array", stale) is not None, stale
+
+
+# ----- the stubs of an extension module built on cai::nb::array (docs/cpp.md) ------------------
+
+USES_EXTENSION = '''
+import numpy as np
+import numpy.typing as npt
+
+import cai
+import _add_ext
+
+
+class Foreign:
+    """Any library's GPU array: the CUDA Array Interface is all it needs."""
+
+    def __init__(self, arr: cai.DeviceNDArray) -> None:
+        self.arr = arr
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, object]:
+        return self.arr.__cuda_array_interface__
+
+
+def doubled(x: cai.DeviceNDArray, s: cai.Stream) -> npt.NDArray[np.generic]:
+    out = cai.device_array_like(x)
+    _add_ext.add(x, Foreign(x), out, stream=s)
+    _add_ext.add(x, x, out, s.handle)
+    _add_ext.add(x, x, out)
+    return np.from_dlpack(out, device="cpu", copy=True)
+
+
+print(doubled(cai.to_device(np.arange(4, dtype=np.float32)), cai.stream()))
+'''
+
+EXTENSION_MISTAKES = '''
+import cai
+import _add_ext
+
+_add_ext.add(1.0, 2.0, 3.0)
+_add_ext.add(cai.device_array(2), cai.device_array(2), cai.device_array(2), stream="s")
+'''
+
+
+@pytest.fixture(scope="module")
+def add_extension_stub(tmp_path_factory):
+    """examples/add_extension built from the installed package, and its stub as nanobind's
+    stubgen writes it."""
+    if shutil.which("cmake") is None or shutil.which("ninja") is None:
+        pytest.skip("needs cmake and ninja")
+    build = tmp_path_factory.mktemp("add_extension")
+    cmake_dir = subprocess.run([sys.executable, "-m", "cai", "--cmake-dir"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+    for command in (["cmake", "-S", str(extensions.ROOT / "examples" / "add_extension"), "-B",
+                     str(build), "-G", "Ninja", f"-Dcai_DIR={cmake_dir}",
+                     f"-DPython_EXECUTABLE={sys.executable}"],
+                    ["cmake", "--build", str(build), "-j", "2"],
+                    [sys.executable, "-m", "nanobind.stubgen", "-m", "_add_ext", "-o",
+                     str(build / "_add_ext.pyi")]):
+        r = subprocess.run(command, capture_output=True, text=True, cwd=build, timeout=600,
+                           env={**os.environ, "PYTHONPATH": str(build)})
+        assert r.returncode == 0, r.stdout + r.stderr
+    return build / "_add_ext.pyi"
+
+
+def test_extension_stubs_are_valid_python(add_extension_stub):
+    text = add_extension_stub.read_text()
+    ast.parse(text)  # nanobind's own cai.array[float32, ndim=1] was a syntax error
+    assert 'a: cai.array[Literal["float32, ndim=1"]]' in text
+    assert 'out: cai.array[Literal["float64, ndim=1, writable"]]' in text
+    assert "stream: cai.typing.StreamLike | None = None" in text  # once "| None | None"
+
+
+def test_extension_stubs_type_check(add_extension_stub, tmp_path):
+    shutil.copy(add_extension_stub, tmp_path / "_add_ext.pyi")
+    (tmp_path / "uses.py").write_text(USES_EXTENSION)
+    r = mypy(tmp_path, "uses.py", "_add_ext.pyi")
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = subprocess.run([sys.executable, "uses.py"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={
+                             **os.environ, "CAI_BACKEND": "sim",
+                             "PYTHONPATH": str(add_extension_stub.parent)})
+    assert run.returncode == 0 and run.stdout.strip() == "[0. 2. 4. 6.]", run.stderr
+    (tmp_path / "mistakes.py").write_text(EXTENSION_MISTAKES)
+    r = mypy(tmp_path, "mistakes.py")
+    errors = re.findall(r"mistakes\.py:(\d+): error: (.*)", r.stdout)
+    assert [line for line, _ in errors] == ["5", "6"], r.stdout
+    assert 'No overload variant of "add" matches argument types "float", "float", "float"' \
+        in errors[0][1]
+    assert '"str"' in errors[1][1], r.stdout

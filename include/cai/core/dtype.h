@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -93,6 +94,15 @@ class DType {
   /// DType -> DLPack for native-order numbers, bool and Extended formats; anything else is
   /// not_implemented with a message starting "to_dlpack: ".
   DLDataType to_dlpack() const;
+
+  /// The Extended format of that name ("bfloat16", "float8_e4m3fn", ...: the names of the
+  /// ml_dtypes package and of NumPy's dtype.name for its types), or nullopt for other names.
+  static std::optional<DType> from_extended_name(std::string_view name);
+  /// The name of an Extended format, as from_extended_name takes it; "" for other types.
+  std::string_view extended_name() const noexcept;
+  /// str() for messages, with the Extended format's name, which str() cannot show:
+  /// "|V1 (float8_e4m3fn)".
+  std::string display_name() const;
 
   /// What NumPy's dtype.str prints ('|b1', '<i4', '|O', '<U3', '<M8[ns]', '|V12', ...).
   /// bfloat16 prints '<V2' (host order); the other Extended formats '|V1'.

@@ -131,16 +131,23 @@ class array {
       static_cast<std::int64_t>(sizeof(T)),
       static_cast<std::int64_t>(alignof(T))};
 
-  /// "cai.array[float32, ndim=2, c_contig, writable]": the Python-side name, in signatures,
-  /// stubs and messages alike.
+  /// "float32, ndim=2, c_contig, writable": what the argument must be.
+  static constexpr auto spec = detail::dtype_name<std::remove_const_t<T>>() +
+                               detail::nbd::const_name(", ndim=") +
+                               detail::nbd::const_name<static_cast<std::size_t>(N)>() +
+                               detail::nbd::const_name<need_c>(", c_contig", "") +
+                               detail::nbd::const_name<need_f>(", f_contig", "") +
+                               detail::nbd::const_name<need_writable>(", writable", "") +
+                               detail::nbd::const_name<mask_ok>(", allow_mask", "");
+  /// "cai.array[float32, ndim=2, c_contig, writable]": the Python-side name, in messages.
   static constexpr auto name =
-      detail::nbd::const_name("cai.array[") + detail::dtype_name<std::remove_const_t<T>>() +
-      detail::nbd::const_name(", ndim=") + detail::nbd::const_name<static_cast<std::size_t>(N)>() +
-      detail::nbd::const_name<need_c>(", c_contig", "") +
-      detail::nbd::const_name<need_f>(", f_contig", "") +
-      detail::nbd::const_name<need_writable>(", writable", "") +
-      detail::nbd::const_name<mask_ok>(", allow_mask", "") + detail::nbd::const_name("]");
+      detail::nbd::const_name("cai.array[") + spec + detail::nbd::const_name("]");
   static const char* signature() noexcept { return name.text; }
+  /// 'cai.array[typing.Literal["float32, ndim=2, c_contig, writable"]]': the annotation in
+  /// signatures and stubs, valid Python that type checkers read (cai.array in cai/typing.py
+  /// takes any GPU array; the spec keeps overloads of different dtypes apart).
+  static constexpr auto annotation = detail::nbd::const_name("cai.array[typing.Literal[\"") + spec +
+                                     detail::nbd::const_name("\"]]");
 
   array() noexcept = default;
   /// Imports `obj` for this signature; a GPU array that does not fit is a TypeError that says
@@ -349,7 +356,7 @@ namespace nanobind::detail {
 template <class T, int N, class... Opts>
 struct type_caster<cai::nb::array<T, N, Opts...>> {
   using Value = cai::nb::array<T, N, Opts...>;
-  static constexpr auto Name = Value::name;
+  static constexpr auto Name = Value::annotation;
   template <typename T_>
   using Cast = movable_cast_t<T_>;
   template <typename T_>
@@ -396,7 +403,9 @@ struct type_caster<cai::nb::array<T, N, Opts...>> {
 
 template <>
 struct type_caster<cai::nb::stream> {
-  NB_TYPE_CASTER(cai::nb::stream, const_name("cai.Stream | int | None"))
+  // None is accepted where the argument is declared so (`= nb::none()`, `.none()`), and
+  // nanobind then adds "| None" to the signature itself.
+  NB_TYPE_CASTER(cai::nb::stream, const_name("cai.typing.StreamLike"))
 
   bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
     const CaiCApi* api = cai::nb::detail::api_or_null();
