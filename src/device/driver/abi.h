@@ -147,6 +147,10 @@ enum CUdriverProcAddressQueryResult : int {
   CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2,
 };
 
+/// cuGetProcAddress_v2 (CUDA 12.0), through which every other entry point is found.
+using GetProcAddressFn = CUresult (*)(const char* symbol, void** fn, int version, cuuint64_t flags,
+                                      CUdriverProcAddressQueryResult* found);
+
 static_assert(sizeof(CUresult) == 4 && sizeof(CUdeviceptr) == 8 && sizeof(CUuuid) == 16);
 static_assert(sizeof(CUipcMemHandle) == 64 && sizeof(CUipcEventHandle) == 64);
 

@@ -16,9 +16,6 @@ std::string version_text(int v) {
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
 
-using GetProcAddress = CUresult (*)(const char* symbol, void** fn, int version, cuuint64_t flags,
-                                    CUdriverProcAddressQueryResult* found);
-
 struct Slot {
   const char* name;
   void** slot;
@@ -46,7 +43,7 @@ Driver load_driver(const SymbolLookup& lookup, std::string name) {
   };
   // These five are exported under their plain names by every driver cuGetProcAddress_v2
   // exists in (CUDA 12.0+); everything else goes through cuGetProcAddress.
-  auto get_proc = reinterpret_cast<GetProcAddress>(lookup("cuGetProcAddress_v2"));
+  auto get_proc = reinterpret_cast<GetProcAddressFn>(lookup("cuGetProcAddress_v2"));
   a.cuGetErrorName = reinterpret_cast<decltype(a.cuGetErrorName)>(lookup("cuGetErrorName"));
   a.cuGetErrorString = reinterpret_cast<decltype(a.cuGetErrorString)>(lookup("cuGetErrorString"));
   a.cuInit = reinterpret_cast<decltype(a.cuInit)>(lookup("cuInit"));
