@@ -8,6 +8,8 @@ size (docs/scale-out.md; results in docs/benchmarks.md, "Scale-out round trips")
 
 MPI: `mpiexec -n 2` (the MPICH wheel of requirements.txt) runs a ping-pong, Send then Recv
 back, of a buffer; the cai side calls arr.synchronize() before each Send, as a program must.
+That MPI is not CUDA-aware, so the cai buffer is a managed array (cai.managed_array), which
+the host reaches too; a CUDA-aware MPI would take a device array.
 Reported: the median time of one round trip over --rounds rounds of --repeat trips each.
 
 Dask: a LocalCluster of two worker processes; one round trip is a task on worker A that
@@ -15,8 +17,8 @@ returns the array it gets from worker B (the array moves B -> A -> client): subm
 The cai array travels with cai's "dask" serializer (a host frame, then a new device array);
 the NumPy array with distributed's own. Reported: the median over --rounds round trips.
 
-Nothing is changed in the environment: cai runs on the backend it picks (the simulator on a
-machine without a GPU, where "device" memory is host memory and MPI reads it directly).
+Nothing is changed in the environment: cai runs on the driver it picks (the simulated one on a
+machine without a GPU).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ MPI_PROGRAM = textwrap.dedent("""
     for nbytes in sizes:
         n = nbytes // 8
         host = np.zeros(n)
-        dev = cai.to_device(host)
+        dev = cai.managed_array(n)
+        dev.copy_to_device(host)
         kinds = [("numpy", host, lambda b: None), ("cai", dev, lambda b: b.synchronize())]
         times = {k: [] for k, _, _ in kinds}
         for _ in range(rounds):                 # interleaved, so that load hits both alike

@@ -98,11 +98,22 @@ const void* buffer_ptr(nb::handle arr) {
   return reinterpret_cast<const void*>(nb::cast<std::uintptr_t>(arr.attr("ctypes").attr("data")));
 }
 
-void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream) {
+void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream,
+                   bool blocking) {
   nb::object host = host_array(value, dst);
   const void* ptr = buffer_ptr(host);
-  NoGil nogil;  // waits for the copy
-  copy_from_host(dst, ptr, stream);
+  NoGil nogil;  // may wait for the copy
+  copy_from_host(dst, ptr, stream, blocking);
+}
+
+bool blocking_stream(nb::handle stream) {
+  // Numba's rule: stream=0 (the default) copies synchronously; a stream queues the copy,
+  // which returns at once when the host memory is page-locked.
+  if (stream.is_none()) return true;
+  if (!PyLong_CheckExact(stream.ptr())) return false;
+  const long v = PyLong_AsLong(stream.ptr());
+  if (v == -1 && PyErr_Occurred()) PyErr_Clear();
+  return v == 0;
 }
 
 // A GPU array: ours, one with the CAI, or a DLPack producer whose data is CUDA memory.
@@ -115,8 +126,8 @@ bool is_device_value(nb::handle value) {
 }
 
 View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle strides,
-                   bool fortran, const sync::StreamRef& stream) {
-  if (strides.is_none()) return View::allocate(std::move(dtype), shape, fortran, stream);
+                   bool fortran, const sync::StreamRef& stream, device::MemoryKind kind) {
+  if (strides.is_none()) return View::allocate(std::move(dtype), shape, fortran, stream, kind);
   // Explicit strides: allocate the extent they span.
   Dims st = read_dims(strides, "strides", DimsForm::argument);
   Layout layout(Dims(shape), std::move(st), dtype.itemsize());
@@ -128,8 +139,7 @@ View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle 
   if (layout.size() == 0)
     return View(0, std::move(dtype), std::move(layout), false,
                 std::make_shared<sync::SyncState>(stream), {});
-  auto buffer = std::make_shared<DeviceBuffer>(device::MemoryKind::device,
-                                               static_cast<std::size_t>(ext.hi - ext.lo));
+  auto buffer = std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(ext.hi - ext.lo));
   const std::uint64_t ptr = buffer->ptr() - static_cast<std::uint64_t>(ext.lo);
   return View(ptr, std::move(dtype), std::move(layout), false,
               std::make_shared<sync::SyncState>(stream), std::move(buffer));
@@ -222,12 +232,10 @@ PyArray::~PyArray() {
   // the memory is ordered before it: docs/architecture.md). Only then is the GIL released:
   // releasing it for every free would make a deleter that needs it take it back.
   bool busy = false;
-  if (const auto s = view.sync()->stream()) {
-    try {
-      busy = !device::backend().stream_query(s->handle);
-    } catch (const std::exception&) {
-      busy = false;  // not a stream the backend knows: nothing of ours is queued on it
-    }
+  try {
+    busy = view.sync()->busy(device::backend());
+  } catch (const std::exception&) {
+    busy = false;  // not a stream the backend knows: nothing of ours is queued on it
   }
   if (!busy) return;
   std::shared_ptr<const void> last = owner;
@@ -322,7 +330,7 @@ static nb::object array_dtype(PyArray& a) {
 
 // The values of v (not its mask) in a NumPy array: a new one, or `ary`; waits for the copy.
 static nb::object data_to_host(const View& v, nb::handle dt, nb::handle ary,
-                               const sync::StreamRef& s) {
+                               const sync::StreamRef& s, bool blocking) {
   nb::object target;
   if (ary.is_none()) {
     // NumPy stores no item size 0 ('S0' becomes 'S1'): zeros, since no byte is copied then.
@@ -347,7 +355,8 @@ static nb::object data_to_host(const View& v, nb::handle dt, nb::handle ary,
   {
     void* host = const_cast<void*>(buffer_ptr(staging));
     NoGil nogil;
-    copy_to_host(host, v, s);
+    // A staging array is read back right below: that copy must be done.
+    copy_to_host(host, v, s, blocking || !contiguous);
   }
   if (!contiguous) target.attr("__setitem__")(nb::ellipsis(), staging);
   return target;
@@ -356,7 +365,7 @@ static nb::object data_to_host(const View& v, nb::handle dt, nb::handle ary,
 // A masked array reaches the host with its mask, as a numpy.ma.MaskedArray (docs/python.md).
 // NumPy's mask marks the elements that are NOT valid; the CAI's, those that are.
 static nb::object masked_to_host(const View& v, nb::handle dt, nb::handle ary,
-                                 const sync::StreamRef& s) {
+                                 const sync::StreamRef& s, bool blocking) {
   nb::object ma = numpy_module().attr("ma");
   if (!ary.is_none()) {
     if (!nb::isinstance(ary, ma.attr("MaskedArray")))
@@ -370,13 +379,14 @@ static nb::object masked_to_host(const View& v, nb::handle dt, nb::handle ary,
                   "the array's mask; call ary.soften_mask() first");
   }
   const View& mask = *v.mask();
-  nb::object valid = data_to_host(mask, numpy_dtype(mask.dtype()), nb::none(), s);
+  // The mask's values are read here: that copy waits.
+  nb::object valid = data_to_host(mask, numpy_dtype(mask.dtype()), nb::none(), s, true);
   nb::object invalid = numpy_module().attr("logical_not")(valid);
   if (ary.is_none()) {
-    nb::object data = data_to_host(v, dt, nb::none(), s);
+    nb::object data = data_to_host(v, dt, nb::none(), s, blocking);
     return ma.attr("MaskedArray")(data, nb::arg("mask") = invalid);
   }
-  data_to_host(v, dt, ary.attr("data"), s);  // ary's data, seen as a plain ndarray
+  data_to_host(v, dt, ary.attr("data"), s, blocking);  // ary's data, seen as a plain ndarray
   nb::setattr(ary, "mask", invalid);
   return nb::borrow(ary);
 }
@@ -384,19 +394,53 @@ static nb::object masked_to_host(const View& v, nb::handle dt, nb::handle ary,
 static nb::object copy_to_host_impl(PyArray& self, nb::handle ary, nb::handle stream) {
   const View& v = self.view;
   const auto s = stream_arg(stream, "copy_to_host()", array_stream(v));
-  if (v.mask()) return masked_to_host(v, array_dtype(self), ary, s);
-  return data_to_host(v, array_dtype(self), ary, s);
+  const bool blocking = blocking_stream(stream);
+  if (v.mask()) return masked_to_host(v, array_dtype(self), ary, s, blocking);
+  return data_to_host(v, array_dtype(self), ary, s, blocking);
 }
 
 // NumPy's __array__ protocol: a host copy, as Numba's DeviceNDArray gives (docs/python.md).
+// Memory the host reaches at the array's own address (managed, pinned or mapped): NumPy views
+// it, once the work queued on it is done; the NumPy array keeps the cai array alive.
+static nb::object host_view(PyArray& self) {
+  const View& v = self.view;
+  {
+    const DeviceGuard on(device_of(v));
+    NoGil nogil;
+    v.sync()->synchronize(device::backend());
+  }
+  nb::dict iface;
+  iface["version"] = 3;
+  iface["shape"] = to_tuple(v.shape());
+  iface["typestr"] = nb::str(v.dtype().str().c_str());
+  if (v.dtype().is_structured()) iface["descr"] = descr_to_python(v.dtype().descr());
+  iface["data"] = nb::make_tuple(nb::int_(v.ptr()), nb::bool_(v.readonly()));
+  iface["strides"] =
+      v.layout().is_c_contiguous() ? nb::object(nb::none()) : nb::object(to_tuple(v.strides()));
+  return nb::module_::import_("cai._host")
+      .attr("host_view")(nb::find(&self), iface, array_dtype(self));
+}
+
+static bool host_reachable(const View& v) {
+  if (v.ptr() == 0) return false;
+  const device::MemoryKind k = device::backend().pointer_info(v.ptr()).kind;
+  return k == device::MemoryKind::managed || k == device::MemoryKind::pinned_host;
+}
+
 static nb::object array_protocol(PyArray& self, nb::handle dtype, nb::handle copy) {
-  if (copy.ptr() == Py_False)
-    throw_error(Errc::value_error,
-                "__array__(): copy=False, but a device array reaches the host only as a copy");
   if (self.view.mask())
     throw_error(Errc::not_implemented,
                 "__array__(): the array is masked and a NumPy array cannot carry the mask; "
                 "copy_to_host() gives a numpy.ma.MaskedArray");
+  if (copy.ptr() != Py_True && host_reachable(self.view)) {
+    nb::object view = host_view(self);
+    if (dtype.is_none()) return view;
+    return view.attr("astype")(dtype, nb::arg("copy") = false);
+  }
+  if (copy.ptr() == Py_False)
+    throw_error(Errc::value_error,
+                "__array__(): copy=False, but device memory reaches the host only as a copy "
+                "(managed_array and mapped_array are viewed in place)");
   nb::object host = copy_to_host_impl(self, nb::none(), nb::int_(0));
   if (dtype.is_none()) return host;
   return host.attr("astype")(dtype, nb::arg("copy") = false);
@@ -439,7 +483,7 @@ static void setitem(PyArray& self, nb::handle key, nb::handle value) {
     fill(dst, raw.c_str(), stream);
     return;
   }
-  set_from_host(dst, value, stream);
+  set_from_host(dst, value, stream, true);
 }
 
 void bind_array(nb::module_& m) {
@@ -492,8 +536,9 @@ void bind_array(nb::module_& m) {
            nb::arg("copy").none() = nb::none(),
            nb::sig("def __array__(self, dtype: numpy.typing.DTypeLike | None = None, copy: bool "
                    "| None = None) -> numpy.typing.NDArray[Any]"),
-           "NumPy's protocol: a host copy (np.asarray(a) is a.copy_to_host()); copy=False is a "
-           "ValueError, since a device array cannot be viewed from the host.")
+           "NumPy's protocol: a host copy of device memory (np.asarray(a) is a.copy_to_host(); "
+           "copy=False is a ValueError), and a view of memory the host reaches in place "
+           "(managed_array, mapped_array), after the work queued on it.")
       .def("is_c_contiguous", [](const PyArray& a) { return a.view.layout().is_c_contiguous(); })
       .def("is_f_contiguous", [](const PyArray& a) { return a.view.layout().is_f_contiguous(); })
       .def("copy_to_host", exit_safe(&copy_to_host_impl), nb::arg("ary").none() = nb::none(),
@@ -508,7 +553,7 @@ void bind_array(nb::module_& m) {
                View src = import_view(obj, true, "copy_to_device()");
                copy(self.view, src, s);
              } else {
-               set_from_host(self.view, obj, s);
+               set_from_host(self.view, obj, s, blocking_stream(stream));
              }
            }),
            nb::arg("obj"), nb::arg("stream").none() = 0,
@@ -537,25 +582,65 @@ void bind_array(nb::module_& m) {
                (self.view.readonly() ? " readonly" : "") + ">";
       });
 
-  m.def("device_array",
-        exit_safe([](nb::handle shape, nb::handle dtype, nb::handle strides,
-                     const std::string& order, nb::handle stream) {
-          if (order != "C" && order != "F")
-            throw_error(Errc::value_error,
-                        "device_array(): order must be 'C' or 'F', got '" + order + "'");
-          const Dims dims = read_dims(shape, "shape", DimsForm::argument);
-          nb::object dt = numpy_module().attr("dtype")(dtype);
-          DType t = dtype_from_numpy(dt, "device_array()");
-          auto s = stream_arg(stream, "device_array()", library_default_stream());
-          require_stream_of_current_device("device_array()", s);
-          return wrap(allocate_like(std::move(t), dims, strides, order == "F", s), dt);
-        }),
+  // device_array, managed_array and mapped_array: Numba's signatures, one memory kind each.
+  auto new_array = [](const char* entry, device::MemoryKind kind) {
+    return [entry, kind](nb::handle shape, nb::handle dtype, nb::handle strides,
+                         const std::string& order, nb::handle stream) {
+      if (order != "C" && order != "F")
+        throw_error(Errc::value_error,
+                    std::string(entry) + ": order must be 'C' or 'F', got '" + order + "'");
+      const Dims dims = read_dims(shape, "shape", DimsForm::argument);
+      nb::object dt = numpy_module().attr("dtype")(dtype);
+      DType t = dtype_from_numpy(dt, entry);
+      auto s = stream_arg(stream, entry, library_default_stream());
+      require_stream_of_current_device(entry, s);
+      return wrap(allocate_like(std::move(t), dims, strides, order == "F", s, kind), dt);
+    };
+  };
+  m.def("device_array", exit_safe(new_array("device_array()", device::MemoryKind::device)),
         nb::arg("shape").none(), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
         nb::arg("strides") = nb::none(), nb::arg("order") = "C", nb::arg("stream").none() = 0,
         "A new uninitialized device array; `stream` becomes its default stream.");
+  m.def("managed_array",
+        exit_safe([f = new_array("managed_array()", device::MemoryKind::managed)](
+                      nb::handle shape, nb::handle dtype, nb::handle strides,
+                      const std::string& order, nb::handle stream, bool attach_global) {
+          if (!attach_global)
+            throw_error(Errc::not_implemented,
+                        "managed_array(): attach_global=False (memory attached to one stream) is "
+                        "not supported; managed memory is attached globally");
+          return f(shape, dtype, strides, order, stream);
+        }),
+        nb::arg("shape").none(), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
+        nb::arg("strides") = nb::none(), nb::arg("order") = "C", nb::arg("stream").none() = 0,
+        nb::arg("attach_global") = true,
+        "A new array in managed (unified) memory: a device array, and through np.asarray(a) a "
+        "NumPy array of the same memory (after the work queued on it). DLPack: kDLCUDAManaged.");
+  m.def("mapped_array",
+        exit_safe([f = new_array("mapped_array()", device::MemoryKind::pinned_host)](
+                      nb::handle shape, nb::handle dtype, nb::handle strides,
+                      const std::string& order, nb::handle stream, bool portable, bool wc) {
+          (void)portable;  // page-locked memory of the driver is portable across contexts
+          if (wc)
+            throw_error(Errc::not_implemented,
+                        "mapped_array(): wc=True (write-combined memory) is not supported");
+          return f(shape, dtype, strides, order, stream);
+        }),
+        nb::arg("shape").none(), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
+        nb::arg("strides") = nb::none(), nb::arg("order") = "C", nb::arg("stream").none() = 0,
+        nb::arg("portable") = false, nb::arg("wc") = false,
+        "A new array in page-locked host memory mapped into the device: a device array, and "
+        "through np.asarray(a) a NumPy array of the same memory (after the work queued on it). "
+        "DLPack: kDLCUDAHost.");
+  m.def(
+      "_host_register",
+      [](std::uint64_t ptr, std::size_t bytes) { device::backend().host_register(ptr, bytes); },
+      nb::arg("ptr"), nb::arg("nbytes"), "Page-locks host memory (cai.pinned).");
+  m.def(
+      "_host_unregister", [](std::uint64_t ptr) { device::backend().host_unregister(ptr); },
+      nb::arg("ptr"), "Undoes _host_register (cai.pinned).");
   m.def("device_array_like", exit_safe([](nb::handle ary, nb::handle stream) {
           auto s = stream_arg(stream, "device_array_like()", library_default_stream());
-          require_stream_of_current_device("device_array_like()", s);
           PyArray* a = as_py_array(ary, "device_array_like()");
           if (a || is_device_value(ary)) {
             // A GPU array: its view says shape, dtype (the DLPack-only types included) and
@@ -566,6 +651,8 @@ void bind_array(nb::module_& m) {
             return wrap(View::allocate(like.dtype(), like.shape(), f, s),
                         a ? a->np_dtype : nb::object());
           }
+          // A host array: the new one goes to the current device.
+          require_stream_of_current_device("device_array_like()", s);
           nb::object shape = ary.attr("shape");
           nb::object dt = numpy_module().attr("dtype")(ary.attr("dtype"));
           bool fortran = false;
@@ -601,7 +688,7 @@ void bind_array(nb::module_& m) {
           const void* ptr = buffer_ptr(host);
           {
             NoGil nogil;
-            copy_from_host(fortran ? v.transpose() : v, ptr, s);
+            copy_from_host(fortran ? v.transpose() : v, ptr, s, blocking_stream(stream));
           }
           return wrap(std::move(v), dt);
         }),

@@ -48,7 +48,8 @@ PyArray* as_py_array(nb::handle obj, const char* entry = "DeviceNDArray");
 /// Imports any object with __cuda_array_interface__ (our own arrays are taken as they are).
 /// `entry` names the caller in messages. With sync, an integer stream becomes the array's
 /// stream (CAI v3 consumer rule, honoured by every later operation with events).
-View import_view(nb::handle obj, bool sync, const char* entry);
+View import_view(nb::handle obj, bool sync, const char* entry,
+                 std::optional<device::StreamHandle>* deferred = nullptr);
 
 /// Imports an object through DLPack (the C exchange API of its type when it has one, else
 /// __dlpack__). Without a target device, a CPU tensor is copied to the device only with
@@ -60,9 +61,12 @@ View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const ch
 /// True when obj's type exposes the DLPack protocol.
 bool has_dlpack(nb::handle obj);
 
-/// Validates a CAI dict into a View whose memory is kept alive by `owner` (may be None).
+/// Validates a CAI dict into a View whose memory is kept alive by `owner` (may be None). With
+/// `deferred`, the producer's stream (when sync) is stored there instead of becoming the View's
+/// state: the caller imports it once the View is wanted (SyncState::set_imported), so that a
+/// View refused by a check records no event.
 View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry,
-                         int depth = 0);
+                         int depth = 0, std::optional<device::StreamHandle>* deferred = nullptr);
 
 /// The __cuda_array_interface__ dict of a View (a new dict per call).
 nb::dict export_interface(const View& v);

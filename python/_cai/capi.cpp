@@ -84,8 +84,10 @@ void describe(const View& v, nb::object obj, CaiArrayInfo& out) noexcept {
   }
   out.readonly = v.readonly() ? 1 : 0;
   out.itemsize = t.itemsize();
-  const auto stream = v.sync()->handle();
-  out.stream = stream ? *stream : 0;
+  // The stream work may be enqueued on after the array's (none behind an import event: the
+  // C API's order_begin waits for that).
+  const auto stream = v.sync()->stream();
+  out.stream = stream ? stream->handle : 0;
   out.has_mask = v.mask() ? 1 : 0;
   const std::string typestr = t.str();
   const std::size_t n = std::min(typestr.size(), sizeof out.typestr - 1);
@@ -104,7 +106,8 @@ int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char*
     nb::handle h(obj);
     PyArray* ours = as_py_array(h);
     View imported;
-    const View& v = ours ? ours->view : (imported = import_view(h, true, who));
+    std::optional<device::StreamHandle> producer;  // ordered once the array fits
+    const View& v = ours ? ours->view : (imported = import_view(h, true, who, &producer));
     if (request) {
       const TypedViewSpec spec = spec_of(*request);
       const TypedViewMismatch m = check_typed_view(v, spec, element_strides);
@@ -120,6 +123,7 @@ int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char*
     if (ours) {
       describe(ours->view, nb::borrow(h), *out);
     } else {
+      if (producer) imported.sync()->set_imported(device::backend(), *producer);
       nb::object wrapped = wrap(std::move(imported));
       const View& view = as_py_array(wrapped)->view;
       describe(view, std::move(wrapped), *out);

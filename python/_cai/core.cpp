@@ -61,8 +61,14 @@ void bind_core(nb::module_& m) {
   core.def(
       "validate",
       [](nb::handle desc) {
-        View v = view_from_interface(desc, nb::none(), true, "validate()");
+        // Validation only: no import, so the producer's stream is named as given (validated:
+        // not 0), not ordered (an import would stand for a foreign stream by an event).
+        View v = view_from_interface(desc, nb::none(), false, "validate()");
         nb::dict d = export_interface(v);
+        if (PyDict_Check(desc.ptr())) {
+          PyObject* s = PyDict_GetItemString(desc.ptr(), "stream");
+          if (s != nullptr && s != Py_None) d["stream"] = nb::int_(nb::handle(s));
+        }
         return d;
       },
       nb::arg("desc"), "Validates a CAI dict and gives back the normalized v3 dict.");

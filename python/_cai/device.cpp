@@ -174,7 +174,7 @@ void bind_device(nb::module_& m) {
       "'cuda' or 'simulator': the backend chosen (CAI_BACKEND=sim|cuda forces one).");
   m.def("cuda_available", [] { return device::cuda_available(); });
 
-  nb::module_ sim = m.def_submodule("sim", "Controls of the CPU simulator (CAI_BACKEND=sim).");
+  nb::module_ sim = m.def_submodule("sim", "Controls of cai's simulated driver (CAI_BACKEND=sim).");
   sim.def(
       "active", [] { return device::sim::active(); }, "True when the backend is the simulator.");
   sim.def("delay", exit_safe([](nb::handle stream, double seconds) {
@@ -187,6 +187,28 @@ void bind_device(nb::module_& m) {
   sim.def(
       "set_race_detection", [](bool on) { device::sim::set_race_detection(on); }, nb::arg("on"));
   sim.def("race_detection", [] { return device::sim::race_detection(); });
+  sim.def(
+      "driver_calls",
+      [] {
+        nb::dict out;
+        for (const auto& [name, n] : device::sim::driver_calls(backend()))
+          if (n != 0) out[nb::str(name.c_str())] = n;
+        return out;
+      },
+      nb::sig("def driver_calls() -> dict[str, int]"),
+      "The driver entry points called since the last reset_driver_calls(), with their counts "
+      "(only those called): what a path costs on a GPU, call by call.");
+  sim.def(
+      "reset_driver_calls", [] { device::sim::reset_driver_calls(backend()); },
+      "Starts the counts of driver_calls() again.");
+  sim.def(
+      "inject_error",
+      [](const std::string& entry, int code, unsigned skip, unsigned times) {
+        device::sim::inject_error(backend(), entry, code, skip, times);
+      },
+      nb::arg("entry"), nb::arg("code"), nb::arg("skip") = 0, nb::arg("times") = 1,
+      "The next `times` calls of driver entry point `entry` (after `skip` more succeed) fail "
+      "with CUresult `code`, as a real driver may: for tests of error handling.");
   m.def(
       "device_call_counts",
       [] {

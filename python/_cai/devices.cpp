@@ -170,11 +170,10 @@ void bind_devices(nb::module_& m) {
       "The cai.Device whose memory holds the array (the current one for a zero-size array).");
   array.attr("synchronize") = nb::cpp_function(
       [](const PyArray& a) {
-        const auto s = a.view.sync()->stream();
-        if (!s) return;
+        if (!a.view.sync()->has_work()) return;
         const DeviceGuard on(device_of(a.view));
         NoGil nogil;
-        backend().stream_synchronize(s->handle);
+        a.view.sync()->synchronize(backend());
       },
       nb::is_method(), nb::scope(array), nb::name("synchronize"),
       "Waits until the work queued on the array is done, so that code that does not follow "

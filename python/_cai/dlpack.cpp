@@ -163,10 +163,7 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
       cai::copy(out, v, ref);
       flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
     }
-    if (consumer) {
-      if (auto producer = out.sync()->handle())
-        sync::wait_for(device::backend(), *producer, *consumer);
-    }
+    if (consumer) out.sync()->order_before(device::backend(), *consumer);
   }
   if (!to_host && copy != true && !v.readonly()) note_write();  // the consumer may write
   const DLDevice out_device = to_host ? DLDevice{kDLCPU, 0} : here;
@@ -335,7 +332,7 @@ View finish_import(View v, const DlpackImport& info, std::optional<bool> copy,
                                    " is not CUDA memory (expected kDLCUDA, kDLCUDAHost or "
                                    "kDLCUDAManaged)");
   if (sync && producer_stream && config().import_sync)
-    v.sync()->set_stream(sync::StreamRef{*producer_stream, nullptr});
+    v.sync()->set_imported(device::backend(), *producer_stream);
   if (target) {
     if (auto moved = onto_device(v, info.device.device_type, *target, copy)) return *moved;
     return v;

@@ -69,10 +69,14 @@ void read_data(PyObject* o, InterfaceFields& f) {
 
 // The stream state of an imported array, owned by the Python object that keeps its memory
 // alive (keep_alive): the garbage collector can then see through arrays (PyArray).
-View view_from_validated(Interface&& itf, nb::handle owner, bool sync) {
-  auto state = std::make_shared<sync::SyncState>();
-  if (sync && itf.stream && config().import_sync)
-    state->set_stream(sync::StreamRef{*itf.stream, nullptr});
+View view_from_validated(Interface&& itf, nb::handle owner, bool sync,
+                         std::optional<device::StreamHandle>* deferred) {
+  // The producer's stream: kept as a handle when it is a default stream, else stood for by an
+  // event recorded on it now (the producer may destroy it before the first use).
+  const bool ordered = sync && itf.stream && config().import_sync;
+  if (ordered && deferred) *deferred = *itf.stream;
+  auto state = ordered && !deferred ? sync::SyncState::imported(device::backend(), *itf.stream)
+                                    : std::make_shared<sync::SyncState>();
   return View(itf.ptr, std::move(itf.dtype), std::move(itf.layout), itf.readonly, std::move(state),
               keep_alive(owner));
 }
@@ -129,8 +133,8 @@ nb::list descr_to_python(const std::vector<DescrEntry>& descr) {
   return out;
 }
 
-View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry,
-                         int depth) {
+View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry, int depth,
+                         std::optional<device::StreamHandle>* deferred) {
   PyObject* d = desc.ptr();
   if (!PyDict_Check(d))
     throw_error(
@@ -220,13 +224,26 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
     }
   }
   Interface itf = validate_interface(f);
-  View v = view_from_validated(std::move(itf), owner, sync);
+  View v = view_from_validated(std::move(itf), owner, sync, deferred);
   if (mask_view) v.set_mask(std::move(mask_view));
   return v;
 }
 
-View import_view(nb::handle obj, bool sync, const char* entry) {
+// cai.Array (python/cai/_tile.py) wraps a cai array: its view, not an export and import of
+// it (which would name the legacy stream for an array imported from a foreign stream).
+PyArray* tile_array(nb::handle obj) {
+  static PyObject* type = [] {
+    nb::object t = nb::module_::import_("cai._tile").attr("Array");
+    return t.release().ptr();  // kept for the process
+  }();
+  if (Py_TYPE(obj.ptr()) != reinterpret_cast<PyTypeObject*>(type)) return nullptr;
+  return as_py_array(nb::getattr(obj, "_data"));
+}
+
+View import_view(nb::handle obj, bool sync, const char* entry,
+                 std::optional<device::StreamHandle>* deferred) {
   if (PyArray* a = as_py_array(obj, entry)) return a->view;
+  if (PyArray* a = tile_array(obj)) return a->view;
   PyObject* desc = call_python([&] { return PyObject_GetAttr(obj.ptr(), keys().cai); });
   if (!desc) {
     if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
@@ -238,7 +255,7 @@ View import_view(nb::handle obj, bool sync, const char* entry) {
                                       "array: cai, CuPy, PyTorch, Numba, JAX, ...)");
   }
   nb::object d = nb::steal(desc);
-  return view_from_interface(d, obj, sync, entry);
+  return view_from_interface(d, obj, sync, entry, 0, deferred);
 }
 
 namespace {
@@ -277,7 +294,8 @@ nb::dict with_stream(nb::dict d, const View& v) {
     nb::list descr = descr_to_python(v.dtype().descr());
     if (PyDict_SetItem(d.ptr(), keys().descr, descr.ptr()) != 0) throw nb::python_error();
   }
-  const auto stream = config().export_stream ? v.sync()->handle() : std::nullopt;
+  const auto stream =
+      config().export_stream ? v.sync()->export_handle(device::backend()) : std::nullopt;
   // Small ints are cached by CPython; handles are not, but cost one allocation.
   nb::object value = stream ? nb::object(nb::int_(*stream)) : nb::object(nb::none());
   if (PyDict_SetItem(d.ptr(), keys().stream, value.ptr()) != 0) throw nb::python_error();

@@ -149,6 +149,20 @@
     def device_array(shape: SupportsIndex | Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]], dtype: numpy.typing.DTypeLike = float, strides: Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]] | None = None, order: Literal['C', 'F'] = 'C', stream: StreamLike | None = 0) -> DeviceNDArray:
         \doc
 
+^cai\._cai\.managed_array$:
+    def managed_array(shape: SupportsIndex | Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]], dtype: numpy.typing.DTypeLike = float, strides: Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]] | None = None, order: Literal['C', 'F'] = 'C', stream: StreamLike | None = 0, attach_global: bool = True) -> DeviceNDArray:
+        \doc
+
+^cai\._cai\.mapped_array$:
+    def mapped_array(shape: SupportsIndex | Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]], dtype: numpy.typing.DTypeLike = float, strides: Sequence[SupportsIndex] | numpy.typing.NDArray[numpy.integer[Any]] | None = None, order: Literal['C', 'F'] = 'C', stream: StreamLike | None = 0, portable: bool = False, wc: bool = False) -> DeviceNDArray:
+        \doc
+
+^cai\._cai\._host_register$:
+    def _host_register(ptr: int, nbytes: int) -> None: ...
+
+^cai\._cai\._host_unregister$:
+    def _host_unregister(ptr: int) -> None: ...
+
 ^cai\._cai\.device_array_like$:
     def device_array_like(ary: DeviceArrayLike | numpy.typing.NDArray[Any], stream: StreamLike | None = 0) -> DeviceNDArray: ...
 

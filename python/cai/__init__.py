@@ -1,6 +1,7 @@
 """cai: the CUDA Array Interface and DLPack, zero-copy, stream-correct and cheap per call.
 
-Arrays: device_array, device_array_like, to_device, DeviceNDArray.
+Arrays: device_array, device_array_like, to_device, DeviceNDArray; in memory the host reaches
+too: managed_array, mapped_array, pinned_array, and pinned(*arrays) for NumPy arrays.
 Import: as_cuda_array, from_cuda_array_interface, is_cuda_array, from_dlpack.
 Tile-style global array: Array (DLPack or CAI in, both out, element strides, slice).
 Streams and events: stream, default_stream, legacy_default_stream, per_thread_default_stream,
@@ -37,6 +38,8 @@ from ._cai import (
     ipc_collect,
     is_cuda_array,
     legacy_default_stream,
+    managed_array,
+    mapped_array,
     per_thread_default_stream,
     reset_device_call_counts,
     stream,
@@ -54,6 +57,7 @@ from ._info import show_config
 from ._tile import Array
 from ._trace import WaitTrace, trace_waits
 from ._devices import detect, gpus, select_device
+from ._host import pinned, pinned_array
 from . import _scaleout  # pickling, Dask registrations (lazily), IPC exit warning
 from . import _numpy_api  # __array_function__ (np.concatenate on the device), __iter__
 from . import typing  # the protocols of cai's parameters (cai.typing.DeviceArrayLike, ...)
@@ -69,5 +73,5 @@ __all__ = [
     "to_device", "trace_waits", "WaitTrace",
     "Device", "current_device", "device_count", "IpcHandle", "ipc_collect",
     "device_call_counts", "reset_device_call_counts", "select_device", "gpus", "detect",
-    "typing", "array",
+    "typing", "array", "managed_array", "mapped_array", "pinned_array", "pinned",
 ]

@@ -79,7 +79,7 @@ def _show(waits: cai.WaitTrace, indent: str = "    ") -> list[str]:
 
 def example_add(waits: cai.WaitTrace) -> None:
     print("Example 1: add[1, 32](a, b, out), arrays from a producer library on its own stream")
-    producer = cai.stream(non_blocking=True)
+    producer = cai.stream()  # blocking, as CuPy's and Numba's streams are by default
     print(f"  the producer library works on {producer!r}")
     a = ProducerArray((10,), np.int64, producer)
     b = ProducerArray((10,), np.int64, producer)
@@ -97,12 +97,16 @@ def example_add(waits: cai.WaitTrace) -> None:
     print(f"  returned at once; the producer's stream is still busy: {not producer.query()}")
     lines = _show(waits)
     if len(lines) >= 2:
-        print("  The first wait is the consumer rule everyone expects: the kernel may not start "
-              "before the\n  producer's work on a, b and out is done. The second is the "
-              "reverse wait: CAI v3 also\n  makes the consumer order the producer's stream "
-              "after its own work, so that work the\n  producer queues later (overwriting "
-              "out, or freeing a or b) cannot overtake the kernel\n  that still uses them. "
-              "Both are event waits on the device; the host never blocks.")
+        print("  The first waits are the consumer rule everyone expects: the kernel may not "
+              "start before the\n  producer's work on a, b and out is done. cai recorded an "
+              "event on the producer's stream\n  when it imported each array (a producer may "
+              "drop its stream after exporting it), and the\n  kernel's stream waits for "
+              "those events. The last is the reverse wait: CAI v3 also makes the\n  consumer "
+              "order the producer's later work after its own, so that the producer cannot\n  "
+              "overwrite out, or free a or b, under the kernel. cai makes the legacy default "
+              "stream wait,\n  which every blocking stream's later work does, without "
+              "touching the producer's stream again.\n  All are event waits on the device; "
+              "the host never blocks.")
     result = cai.as_cuda_array(out).copy_to_host()
     print(f"  out = {result.tolist()}")
     assert (result == np.arange(10) * 3).all(), result
@@ -111,7 +115,7 @@ def example_add(waits: cai.WaitTrace) -> None:
 
 def example_other_stream(waits: cai.WaitTrace) -> None:
     print("Example 2: a kernel on a stream that is not the array's default stream")
-    array_stream = cai.stream(non_blocking=True)
+    array_stream = cai.stream()
     kernel_stream = cai.stream(non_blocking=True)
     n = 16384
     x = ProducerArray((n,), np.int32, array_stream)
@@ -122,7 +126,8 @@ def example_other_stream(waits: cai.WaitTrace) -> None:
     print(f"  'initialize_array' kernel on {kernel_stream!r}: cai.ops.copy(x, iota, "
           "stream=kernel_stream)")
     cai.ops.copy(x, iota, stream=kernel_stream)
-    print("  cai orders the kernel after x's stream, and x's stream after the kernel:")
+    print("  cai orders the kernel after x's stream (the event recorded at import), and x's "
+          "stream after\n  the kernel (through the legacy default stream):")
     _show(waits)
     print("  the document's manual fix, still valid: evt.record(kernel_stream); "
           "evt.wait(array_stream)")
@@ -146,8 +151,8 @@ def first_line() -> str:
     line = f"cai {cai.__version__} on backend: {info['backend']}"
     if info["backend"] == "simulator":
         detection = "on" if info["simulator"]["race_detection"] else "off"
-        line += (f" ({info['backend_reason']}): the CPU simulator runs real asynchronous "
-                 f"streams, race detection {detection}")
+        line += (f" ({info['backend_reason']}): the CUDA backend on cai's simulated driver, "
+                 f"real asynchronous streams, race detection {detection}")
     return line
 
 

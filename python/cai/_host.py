@@ -1,7 +1,7 @@
 """What pickling (_scaleout) and Dask (_dask) share: host copies in the array's own order, as
 raw bytes, and the data of a masked array apart from its mask (which travels on its own)."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import _cai
 from ._cai import DeviceNDArray
@@ -49,3 +49,66 @@ def _host_bytes(arr: DeviceNDArray) -> tuple[memoryview, bool]:
     fortran = host.ndim > 1 and not host.flags.c_contiguous
     dense = host.T if fortran else host  # C-contiguous either way
     return dense.reshape(-1).view(np.uint8).data, fortran
+
+
+# ----- memory the host reaches in place: managed and mapped arrays, page-locked NumPy arrays
+
+class _HostView:
+    """A cai array whose memory the host reaches at its own address, as NumPy sees it: the
+    NumPy array keeps this (and so the cai array) alive."""
+
+    __slots__ = ("array", "__array_interface__")
+
+    def __init__(self, array: DeviceNDArray, interface: dict[str, Any]) -> None:
+        self.array = array
+        self.__array_interface__ = interface
+
+
+def host_view(array: DeviceNDArray, interface: dict[str, Any],
+              dtype: "numpy.dtype[Any]") -> "numpy.ndarray[Any, Any]":
+    """The NumPy array of `array`'s memory (called by DeviceNDArray.__array__)."""
+    import numpy as np
+
+    out = np.asarray(_HostView(array, interface))
+    return out if out.dtype == dtype else out.view(dtype)
+
+
+def pinned_array(shape: Any, dtype: Any = float, strides: Any = None,
+                 order: Literal["C", "F"] = "C") -> "numpy.ndarray[Any, Any]":
+    """A NumPy array in page-locked host memory (as numba.cuda.pinned_array): copies between
+    it and the device with a stream are queued without the host waiting."""
+    import numpy as np
+
+    return np.asarray(_cai.mapped_array(shape, dtype, strides, order))
+
+
+class pinned:
+    """`with cai.pinned(a, b):` page-locks the memory of existing NumPy arrays for the block
+    (as numba.cuda.pinned), so that copies with a stream are queued without the host waiting.
+    Arrays that share memory are given once."""
+
+    def __init__(self, *arrays: Any) -> None:
+        self._arrays = arrays
+        self._registered: list[int] = []
+
+    def __enter__(self) -> "pinned":
+        import numpy as np
+        from numpy.lib.array_utils import byte_bounds
+
+        try:
+            for a in self._arrays:
+                if not isinstance(a, np.ndarray):
+                    raise TypeError(f"cai.pinned(): expected NumPy arrays, got {type(a).__name__}")
+                if a.nbytes == 0:
+                    continue
+                lo, hi = byte_bounds(a)
+                _cai._host_register(lo, hi - lo)
+                self._registered.append(lo)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        while self._registered:
+            _cai._host_unregister(self._registered.pop())

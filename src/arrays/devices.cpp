@@ -27,22 +27,6 @@ bool is_default(device::StreamHandle s) {
   return s == device::kLegacyDefaultStream || s == device::kPerThreadDefaultStream;
 }
 
-// Makes `waiter` (on waiter_device) wait for the work queued so far on `producer` (on
-// producer_device); each default stream handle names its own device's stream.
-void wait_across(device::StreamHandle producer, int producer_device, device::StreamHandle waiter,
-                 int waiter_device) {
-  if (producer == waiter && producer_device == waiter_device) return;
-  auto& backend = device::backend();
-  std::optional<device::OwnedEvent> event;
-  {
-    const DeviceGuard on(producer_device);
-    event.emplace(false);
-    backend.event_record(event->handle(), producer);
-  }
-  const DeviceGuard on(waiter_device);
-  backend.stream_wait_event(waiter, event->handle());
-}
-
 }  // namespace
 
 std::string uuid_text(const std::array<std::uint8_t, 16>& uuid) {
@@ -60,24 +44,6 @@ int device_of(const View& v) {
   if (v.ptr() == 0) return -1;
   const device::PointerInfo info = device::backend().pointer_info(v.ptr());
   return info.kind == device::MemoryKind::unregistered ? -1 : info.device;
-}
-
-DeviceGuard::DeviceGuard(int device) {
-  if (device < 0) return;
-  auto& backend = device::backend();
-  const int current = backend.current_device();
-  if (current == device) return;
-  backend.set_current_device(device);
-  previous_ = current;
-}
-
-DeviceGuard::~DeviceGuard() {
-  if (previous_ < 0) return;
-  try {
-    device::backend().set_current_device(previous_);
-  } catch (...) {
-    // The device existed a moment ago; nothing sensible to do in a destructor.
-  }
 }
 
 OperationDevice::OperationDevice(const char* entry, std::initializer_list<NamedView> operands,
@@ -173,10 +139,8 @@ bool copy_between_devices(const View& dst, const View& src, const sync::StreamRe
   const DeviceGuard on(dd);
   const device::StreamHandle work = stream.handle;
   // Before: the copy waits for the work queued on either array (each on its own device).
-  const auto src_stream = src.sync()->stream();
-  const auto dst_stream = dst.sync()->stream();
-  if (src_stream) wait_across(src_stream->handle, sd, work, dd);
-  if (dst_stream) wait_across(dst_stream->handle, dd, work, dd);
+  src.sync()->order_before(backend, stream, sd, dd);
+  dst.sync()->order_before(backend, stream, dd, dd);
 
   const Layout::Extent ext = src.layout().extent();
   const auto bytes = static_cast<std::size_t>(ext.hi - ext.lo);
@@ -206,11 +170,11 @@ bool copy_between_devices(const View& dst, const View& src, const sync::StreamRe
     if (!s) {
       // Give it a stream of its own device, ordered after the copy.
       const sync::StreamRef adopted =
-          device == dd ? stream : sync::StreamRef{device::kLegacyDefaultStream, nullptr};
-      wait_across(work, dd, adopted.handle, device);
+          device == dd ? stream : sync::StreamRef(device::kLegacyDefaultStream);
+      sync::wait_for(backend, stream, dd, adopted, device);
       view->sync()->set_stream(adopted);
     } else {
-      wait_across(work, dd, s->handle, device);
+      sync::wait_for(backend, stream, dd, *s, device);
     }
   }
   return true;

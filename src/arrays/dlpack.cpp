@@ -1,5 +1,6 @@
 #include "cai/arrays/dlpack.h"
 
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <string>
@@ -127,7 +128,14 @@ DLDevice dlpack_device(const View& v) {
     case device::MemoryKind::unregistered:
       break;
   }
-  return {kDLCPU, 0};
+  // Memory the driver does not know (a CAI pointer of 0x1000, memory its producer freed):
+  // naming it kDLCPU would make a consumer read it on the host.
+  char at[32];
+  std::snprintf(at, sizeof at, "0x%llx", static_cast<unsigned long long>(v.ptr()));
+  throw_error(Errc::buffer_error,
+              std::string("__dlpack__(): the array's memory at ") + at +
+                  " is not memory the CUDA driver knows (a foreign or freed pointer, or pageable "
+                  "host memory), so it has no DLPack device; a consumer would read it on the host");
 }
 
 DLManagedTensorVersioned* to_dlpack_versioned(const View& v, std::uint64_t flags,

@@ -12,6 +12,7 @@
 #include "cai/arrays/devices.h"
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
+#include "cai/sync/ordering.h"
 #include "device/shared_memory.h"
 
 namespace cai {
@@ -51,22 +52,41 @@ std::atomic<std::uint8_t>& ticket_of(const SharedMapping& m, std::uint64_t ticke
                                                       kSlots * sizeof(ControlSlot))[ticket];
 }
 
+// An interprocess event of one exported allocation and one stream.
+struct ExportEvent {
+  device::EventHandle event = 0;
+  device::IpcEventHandle handle;
+};
+
 // Memory of this process shared with others.
 struct ExportRecord {
   std::uint64_t base = 0;
   int device = 0;
-  std::shared_ptr<const void> keep;  ///< what keeps the memory alive
+  /// What keeps the memory alive: the owner of every view shared (two views of one allocation
+  /// may come from two producers, each of which holds its own part of a pool's block).
+  std::vector<std::shared_ptr<const void>> keep;
   device::IpcMemoryHandle memory;
   std::uint32_t slot = 0;
   std::uint64_t generation = 0;
-  device::EventHandle event = 0;  ///< recorded at each export
-  device::IpcEventHandle event_handle;
+  /// One interprocess event per stream views were shared from, recorded at each such share:
+  /// a handle waits for its own stream's work, which a share from another stream must not
+  /// move (a re-record on the same stream only lengthens the wait, never shortens it).
+  std::map<std::pair<device::StreamHandle, std::uint64_t>, ExportEvent> events;
+
+  void keep_owner(const std::shared_ptr<const void>& owner) {
+    for (const auto& k : keep) {
+      if (!k.owner_before(owner) && !owner.owner_before(k)) return;  // held already
+    }
+    keep.push_back(owner);
+  }
 
   ~ExportRecord() {
-    if (event == 0 || device::exiting()) return;
-    try {
-      device::backend().event_destroy(event);
-    } catch (...) {
+    if (device::exiting()) return;
+    for (const auto& [stream, e] : events) {
+      try {
+        device::backend().event_destroy(e.event);
+      } catch (...) {
+      }
     }
   }
 };
@@ -89,17 +109,40 @@ struct ImportMapping {
   }
 };
 
-// One opened ticket: the reference it stands for is given back when the last View goes.
+// One opened ticket: the reference it stands for is given back when the last View goes,
+// once the work queued on the views has run (the exporter may free or reuse the memory as soon
+// as every reference is back).
 struct Lease {
   std::shared_ptr<const void> memory;  ///< an ImportMapping, or this process's ExportRecord
   std::shared_ptr<SharedMapping> control;
   std::uint32_t slot = 0;
   std::atomic<bool> returned{false};
+  std::shared_ptr<sync::SyncState> sync;  ///< the views' stream state
+  int device = 0;
 
   void give_back() noexcept {
     if (!returned.exchange(true)) slot_of(*control, slot).refs.fetch_sub(1);
   }
-  ~Lease() { give_back(); }
+  ~Lease() {
+    if (returned.load()) return;
+    if (sync && !device::exiting()) {
+      try {
+        const auto s = sync->stream();
+        if (s && sync->busy(device::backend())) {
+          // A host function after the views' work: no host wait, nothing given back early.
+          const DeviceGuard on(device);
+          device::backend().launch_host_func(s->handle, [control = control, slot = slot] {
+            slot_of(*control, slot).refs.fetch_sub(1);
+          });
+          returned = true;
+          return;
+        }
+      } catch (...) {
+        // The stream is gone: nothing can be queued after its work any more.
+      }
+    }
+    give_back();
+  }
 };
 
 using OriginKey = std::tuple<std::int32_t, std::uint64_t, std::uint32_t, std::uint64_t>;
@@ -236,7 +279,6 @@ static IpcArrayHandle export_unmasked(const View& v) {
   h.device = info.device;
   h.alloc_size = info.alloc_size;
   h.offset = v.ptr() - info.alloc_base;
-  const auto stream = v.sync()->stream();
   std::unique_lock lock(st.mu);
   h.device_uuid = uuids_locked(st)[static_cast<std::size_t>(info.device)];
   if (auto it = st.imports_by_base.find(info.alloc_base); it != st.imports_by_base.end()) {
@@ -251,10 +293,8 @@ static IpcArrayHandle export_unmasked(const View& v) {
       h.generation = o.generation;
       h.keep = v.owner();
       lock.unlock();
-      if (stream) {
-        const DeviceGuard on(info.device);
-        backend.stream_synchronize(stream->handle);
-      }
+      const DeviceGuard on(info.device);
+      v.sync()->synchronize(backend);
       return h;
     }
   }
@@ -282,19 +322,29 @@ static IpcArrayHandle export_unmasked(const View& v) {
     }
     r->base = info.alloc_base;
     r->device = info.device;
-    r->keep = v.owner();
     record = std::move(r);
   }
-  if (stream) {
-    // Work queued before this call is seen by the importer's first use (no host wait).
-    const DeviceGuard on(info.device);
-    if (record->event == 0) {
-      record->event = backend.ipc_event_create();
-      record->event_handle = backend.ipc_export_event(record->event);
+  record->keep_owner(v.owner());
+  const DeviceGuard on(info.device);
+  if (const auto stream = v.sync()->export_handle(backend)) {
+    // Work queued before this call is seen by the importer's first use (no host wait), through
+    // the event of this stream.
+    const sync::StreamRef ref(*stream);
+    ExportEvent& e = record->events[{ref.handle, ref.thread}];
+    if (e.event == 0) {
+      const device::EventHandle made = backend.ipc_event_create();
+      try {
+        e.handle = backend.ipc_export_event(made);
+      } catch (...) {
+        backend.event_destroy(made);
+        record->events.erase({ref.handle, ref.thread});
+        throw;
+      }
+      e.event = made;
     }
-    backend.event_record(record->event, stream->handle);
+    backend.event_record(e.event, *stream);
     h.has_event = true;
-    h.event = record->event_handle;
+    h.event = e.handle;
   }
   h.memory = record->memory;
   h.owner_pid = ProcessId::self().pid;
@@ -390,7 +440,12 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
                                          ": this handle was opened in this process already; a "
                                          "handle opens once (send another for another array)");
     }
-    if (h.ticket >= kTickets || ticket_of(*control, h.ticket).exchange(1) != 0) {
+    if (h.ticket >= kTickets || h.ticket > header_of(*control).next_ticket.load()) {
+      throw_error(Errc::value_error, std::string(where) + ": ticket " + std::to_string(h.ticket) +
+                                         " was never issued by process " +
+                                         std::to_string(h.owner_pid) + "; the handle is corrupt");
+    }
+    if (ticket_of(*control, h.ticket).exchange(1) != 0) {
       throw_error(Errc::value_error, std::string(where) +
                                          ": this handle was opened (or given back) already, by "
                                          "another process; a handle opens once");
@@ -421,9 +476,19 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
                                          ": the handle is stale: this process "
                                          "released the memory it names");
     }
-    if (h.has_event)
-      backend.stream_wait_event(stream.handle,
-                                static_cast<const ExportRecord*>(memory.get())->event);
+    if (backend.pointer_info(base).alloc_size != h.alloc_size) {
+      throw_error(Errc::value_error, std::string(where) + ": the handle's allocation size " +
+                                         std::to_string(h.alloc_size) +
+                                         " is not that of the memory it names; the handle is "
+                                         "corrupt");
+    }
+    if (h.has_event) {
+      // The event of the stream the handle was made from.
+      const auto* record = static_cast<const ExportRecord*>(memory.get());
+      for (const auto& [key, e] : record->events) {
+        if (e.handle.bytes == h.event.bytes) sync::wait_for_event(backend, stream.handle, e.event);
+      }
+    }
   } else {
     const OriginKey key{h.owner_pid, h.owner_start, h.slot, h.generation};
     std::shared_ptr<ImportMapping> mapping;
@@ -445,12 +510,20 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
       st.imports_by_base[mapping->base] = mapping;
     }
     base = mapping->base;
+    // The driver mapped what the exporter shared: the handle's own sizes must agree with it.
+    const device::PointerInfo mapped = backend.pointer_info(base);
+    if (mapped.alloc_size != h.alloc_size) {
+      throw_error(Errc::value_error,
+                  std::string(where) + ": the handle says its allocation has " +
+                      std::to_string(h.alloc_size) + " bytes, the memory shared has " +
+                      std::to_string(mapped.alloc_size) + "; the handle is corrupt");
+    }
     memory = std::move(mapping);
     if (h.has_event) {
       // The exporter's queued work comes first, without blocking the host.
       const device::EventHandle e = backend.ipc_open_event(h.event);
       try {
-        backend.stream_wait_event(stream.handle, e);
+        sync::wait_for_event(backend, stream.handle, e);
       } catch (...) {
         backend.event_destroy(e);
         throw;
@@ -459,18 +532,24 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
     }
   }
   std::shared_ptr<const void> owner = memory;
+  auto state = std::make_shared<sync::SyncState>(stream);
   if (lease) {
     lease->memory = std::move(memory);
+    lease->sync = state;
+    lease->device = device;
     owner = lease;
   }
-  return View(base + h.offset, h.dtype, std::move(layout), h.readonly,
-              std::make_shared<sync::SyncState>(stream), std::move(owner));
+  return View(base + h.offset, h.dtype, std::move(layout), h.readonly, std::move(state),
+              std::move(owner));
 }
 
 static void discard_unmasked(const IpcArrayHandle& h) noexcept {
-  if (!h.has_memory || h.ticket == 0 || h.ticket >= kTickets) return;
+  // Every field came from another process: checked before any use, here too.
+  if (!h.has_memory || h.ticket == 0 || h.ticket >= kTickets || h.slot >= kSlots) return;
   try {
     auto control = control_of(h, "IpcHandle (discard)");
+    if (h.ticket > header_of(*control).next_ticket.load()) return;            // never issued
+    if (slot_of(*control, h.slot).generation.load() != h.generation) return;  // stale
     if (ticket_of(*control, h.ticket).exchange(1) == 0) slot_of(*control, h.slot).refs.fetch_sub(1);
   } catch (...) {
     // The owner exited: nobody waits for this reference any more.
@@ -515,7 +594,10 @@ void ipc_release_at_exit() noexcept {
   std::vector<std::shared_ptr<const void>> kept;
   {
     std::lock_guard lock(st.mu);
-    for (auto& [base, record] : st.exports) kept.push_back(std::move(record->keep));
+    for (auto& [base, record] : st.exports) {
+      for (auto& k : record->keep) kept.push_back(std::move(k));
+      record->keep.clear();
+    }
   }
   // Released here, outside the lock. The registry itself is never destroyed (exports may be
   // released by late destructors), so without this a Python owner would outlive the

@@ -182,8 +182,9 @@ void add(const View& out, const View& a, const View& b, const sync::StreamRef& s
 }
 
 namespace {
-// dst = the caller's host memory at `from`; returns once copied, since the caller may free it.
-void upload(const View& dst, const Operand& from, const sync::StreamRef& stream) {
+// dst = the caller's host memory at `from`; returns once copied when `blocking`.
+void upload(const View& dst, const Operand& from, const sync::StreamRef& stream,
+            bool blocking = true) {
   if (dst.layout().nbytes() == 0) return;
   const OperationDevice on("copy_to_device()", {{"the destination", &dst}}, stream);
   auto& backend = device::backend();
@@ -191,16 +192,17 @@ void upload(const View& dst, const Operand& from, const sync::StreamRef& stream)
   order.add(*dst.sync());
   backend.copy_strided_async(operand(dst), from, stream.handle);
   order.finish();
-  backend.stream_synchronize(stream.handle);
+  if (blocking) backend.stream_synchronize(stream.handle);
 }
 }  // namespace
 
-void copy_from_host(const View& dst, const void* host, const sync::StreamRef& stream) {
+void copy_from_host(const View& dst, const void* host, const sync::StreamRef& stream,
+                    bool blocking) {
   dst.require_writable("copy_to_device()", "the destination");
   upload(dst,
          {reinterpret_cast<std::uint64_t>(host),
           Layout::c_contiguous(dst.shape(), dst.dtype().itemsize()), true},
-         stream);
+         stream, blocking);
 }
 
 void copy_from_host(const View& dst, const View& host, const sync::StreamRef& stream) {
@@ -211,7 +213,7 @@ void copy_from_host(const View& dst, const View& host, const sync::StreamRef& st
   upload(dst, {host.ptr(), host.layout(), true}, stream);
 }
 
-void copy_to_host(void* host, const View& src, const sync::StreamRef& stream) {
+void copy_to_host(void* host, const View& src, const sync::StreamRef& stream, bool blocking) {
   if (src.layout().nbytes() == 0) return;
   const OperationDevice on("copy_to_host()", {{"the source", &src}}, stream);
   auto& backend = device::backend();
@@ -221,7 +223,7 @@ void copy_to_host(void* host, const View& src, const sync::StreamRef& stream) {
                    Layout::c_contiguous(src.shape(), src.dtype().itemsize()), true};
   backend.copy_strided_async(to, operand(src), stream.handle);
   order.finish();
-  backend.stream_synchronize(stream.handle);
+  if (blocking) backend.stream_synchronize(stream.handle);
 }
 
 }  // namespace cai

@@ -2,24 +2,37 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <utility>
 #include <vector>
+
+#include "cai/device/owned.h"
 
 namespace cai::sync {
 
-using device::EventHandle;
+using device::kLegacyDefaultStream;
 
 namespace {
 
 std::atomic<TraceFn> g_trace{nullptr};
+std::atomic<std::uint64_t> g_next_thread{1};
+
+int device_of_stream(device::Backend& backend, StreamHandle s) {
+  return backend.device_count() > 1 ? backend.stream_device(s) : 0;
+}
+
+// A new event on `device`, which may not be the current one.
+EventHandle event_on(device::Backend& backend, int device) {
+  const device::DeviceGuard on(backend, backend.device_count() > 1 ? device : -1);
+  return backend.event_create(/*timing=*/false);
+}
 
 // One event per thread and device, re-recorded for every ordering: a stream wait captures the
 // event's most recent record at the time of the call, so reuse is safe and saves a create.
-// The event is recorded on `stream`, so it must be of the stream's device (asked only when
-// there are several devices).
-EventHandle scratch_event(device::Backend& backend, StreamHandle stream) {
+EventHandle scratch_event(device::Backend& backend, int device) {
   struct Cache {
     device::Backend* backend = nullptr;
-    std::vector<device::EventHandle> by_device;
+    std::vector<EventHandle> by_device;
     void release() noexcept {
       // Not at process exit: the driver may already be gone then.
       if (backend && !device::exiting()) {
@@ -39,77 +52,279 @@ EventHandle scratch_event(device::Backend& backend, StreamHandle stream) {
     cache.release();
     cache.backend = &backend;
   }
-  const int dev = backend.device_count() > 1 ? backend.stream_device(stream) : 0;
-  if (static_cast<std::size_t>(dev) >= cache.by_device.size())
-    cache.by_device.resize(static_cast<std::size_t>(dev) + 1, 0);
-  auto& ev = cache.by_device[static_cast<std::size_t>(dev)];
-  if (ev == 0) {
-    // Made on the stream's device, which may not be the current one.
-    const int current = dev == 0 && backend.device_count() == 1 ? 0 : backend.current_device();
-    if (current != dev) backend.set_current_device(dev);
-    try {
-      ev = backend.event_create(/*timing=*/false);
-    } catch (...) {
-      if (current != dev) backend.set_current_device(current);
-      throw;
-    }
-    if (current != dev) backend.set_current_device(current);
-  }
+  if (static_cast<std::size_t>(device) >= cache.by_device.size())
+    cache.by_device.resize(static_cast<std::size_t>(device) + 1, 0);
+  auto& ev = cache.by_device[static_cast<std::size_t>(device)];
+  if (ev == 0) ev = event_on(backend, device);
   return ev;
 }
 
-void trace_wait(StreamHandle waiter, StreamHandle producer) {
+// Events of import states, recycled: an import with a foreign stream costs an event record,
+// not an event creation.
+struct EventPool {
+  std::mutex mutex;
+  std::map<std::pair<device::Backend*, int>, std::vector<EventHandle>> free;
+};
+EventPool& pool() {
+  static auto* p = new EventPool;  // leaked: import states may go in late destructors
+  return *p;
+}
+
+void trace_wait(StreamHandle waiter, const std::string& what) {
   if (TraceFn trace = g_trace.load(std::memory_order_relaxed))
-    trace(device::stream_text(waiter) + " waits for an event recorded on " +
-          device::stream_text(producer));
+    trace(device::stream_text(waiter) + " waits for " + what);
+}
+void trace_wait(StreamHandle waiter, StreamHandle producer) {
+  if (g_trace.load(std::memory_order_relaxed))
+    trace_wait(waiter, "an event recorded on " + device::stream_text(producer));
+}
+
+// The stream this thread records on to capture the work queued on `producer`.
+StreamHandle reachable(const StreamRef& producer) {
+  return producer.other_thread() ? kLegacyDefaultStream : producer.handle;
 }
 
 }  // namespace
+
+std::uint64_t thread_tag() noexcept {
+  thread_local const std::uint64_t tag = g_next_thread.fetch_add(1, std::memory_order_relaxed);
+  return tag;
+}
 
 void set_trace(TraceFn fn) {
   g_trace.store(fn, std::memory_order_relaxed);
 }
 
-void wait_for(device::Backend& backend, StreamHandle producer, StreamHandle waiter) {
-  if (producer == waiter) return;
-  const EventHandle ev = scratch_event(backend, producer);
-  backend.event_record(ev, producer);
-  backend.stream_wait_event(waiter, ev);
-  trace_wait(waiter, producer);
+// ---------------------------------------------------------------------------------------------
+// Waits.
+
+void wait_for(device::Backend& backend, const StreamRef& producer, const StreamRef& waiter) {
+  if (producer.same_stream(waiter)) return;
+  const StreamHandle from = reachable(producer);
+  // The legacy stream waits for every blocking stream by itself.
+  if (from == waiter.handle && from == kLegacyDefaultStream) return;
+  const EventHandle ev = scratch_event(backend, device_of_stream(backend, from));
+  backend.event_record(ev, from);
+  backend.stream_wait_event(waiter.handle, ev);
+  trace_wait(waiter.handle, from);
 }
+
+void wait_for(device::Backend& backend, const StreamRef& producer, int producer_device,
+              const StreamRef& waiter, int waiter_device) {
+  if (producer_device == waiter_device) {
+    const device::DeviceGuard on(backend, producer_device);
+    wait_for(backend, producer, waiter);
+    return;
+  }
+  const StreamHandle from = reachable(producer);
+  EventHandle ev = 0;
+  {
+    const device::DeviceGuard on(backend, producer_device);
+    ev = scratch_event(backend, producer_device);
+    backend.event_record(ev, from);
+  }
+  const device::DeviceGuard on(backend, waiter_device);
+  backend.stream_wait_event(waiter.handle, ev);
+  trace_wait(waiter.handle, from);
+}
+
+void wait_for_event(device::Backend& backend, StreamHandle waiter, EventHandle event) {
+  backend.stream_wait_event(waiter, event);
+  trace_wait(waiter, "an event recorded by its producer");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Import events.
+
+ImportEvent::ImportEvent(device::Backend& backend, StreamHandle producer)
+    : backend_(backend), device_(device_of_stream(backend, producer)), producer_(producer) {
+  {
+    EventPool& p = pool();
+    std::lock_guard lock(p.mutex);
+    auto& free = p.free[{&backend, device_}];
+    if (!free.empty()) {
+      event_ = free.back();
+      free.pop_back();
+    }
+  }
+  if (event_ == 0) event_ = event_on(backend, device_);
+  try {
+    backend.event_record(event_, producer);
+  } catch (...) {
+    std::lock_guard lock(pool().mutex);
+    pool().free[{&backend, device_}].push_back(event_);
+    throw;
+  }
+}
+
+ImportEvent::~ImportEvent() {
+  if (device::exiting()) return;  // the driver may be gone: leaked, as every event at exit
+  EventPool& p = pool();
+  std::lock_guard lock(p.mutex);
+  p.free[{&backend_, device_}].push_back(event_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SyncState.
+
+std::shared_ptr<SyncState> SyncState::imported(device::Backend& backend, StreamHandle producer) {
+  auto state = std::make_shared<SyncState>();
+  state->set_imported(backend, producer);
+  return state;
+}
+
+void SyncState::set_imported(device::Backend& backend, StreamHandle producer) {
+  if (producer == kLegacyDefaultStream || producer == device::kPerThreadDefaultStream) {
+    set_stream(StreamRef(producer));
+    return;
+  }
+  auto ev = std::make_shared<ImportEvent>(backend, producer);
+  std::lock_guard lock(mutex_);
+  stream_.reset();
+  event_ = std::move(ev);
+}
+
+void SyncState::order_before(device::Backend& backend, const StreamRef& waiter, int state_device,
+                             int waiter_device) const {
+  std::optional<StreamRef> s;
+  std::shared_ptr<ImportEvent> ev;
+  {
+    std::lock_guard lock(mutex_);
+    s = stream_;
+    ev = event_;
+  }
+  if (ev) {
+    if (ev->producer() == waiter.handle) return;
+    const device::DeviceGuard on(backend, waiter_device);
+    wait_for_event(backend, waiter.handle, ev->event());
+  } else if (s && state_device >= 0 && waiter_device >= 0) {
+    wait_for(backend, *s, state_device, waiter, waiter_device);
+  } else if (s) {
+    wait_for(backend, *s, waiter);
+  }
+}
+
+std::optional<StreamHandle> SyncState::export_handle(device::Backend& backend) {
+  std::lock_guard lock(mutex_);
+  if (event_) {
+    // The producer's stream may be gone: the legacy stream, after the import's event.
+    wait_for_event(backend, kLegacyDefaultStream, event_->event());
+    stream_ = StreamRef(kLegacyDefaultStream);
+    event_.reset();
+  } else if (stream_ && stream_->other_thread()) {
+    // Another thread's per-thread default stream: an event record on the legacy stream is
+    // work there, ordered after it, so that synchronizing the legacy stream covers it.
+    backend.event_record(scratch_event(backend, device_of_stream(backend, kLegacyDefaultStream)),
+                         kLegacyDefaultStream);
+    stream_ = StreamRef(kLegacyDefaultStream);
+  }
+  if (!stream_) return std::nullopt;
+  return stream_->handle;
+}
+
+void SyncState::synchronize(device::Backend& backend) const {
+  std::optional<StreamRef> s;
+  std::shared_ptr<ImportEvent> ev;
+  {
+    std::lock_guard lock(mutex_);
+    s = stream_;
+    ev = event_;
+  }
+  if (ev) {
+    backend.event_synchronize(ev->event());
+  } else if (s && s->other_thread()) {
+    const EventHandle e = scratch_event(backend, device_of_stream(backend, kLegacyDefaultStream));
+    backend.event_record(e, kLegacyDefaultStream);
+    backend.event_synchronize(e);
+  } else if (s) {
+    backend.stream_synchronize(s->handle);
+  }
+}
+
+bool SyncState::busy(device::Backend& backend) const {
+  std::optional<StreamRef> s;
+  std::shared_ptr<ImportEvent> ev;
+  {
+    std::lock_guard lock(mutex_);
+    s = stream_;
+    ev = event_;
+  }
+  if (ev) return !backend.event_query(ev->event());
+  if (!s) return false;
+  if (s->other_thread()) return true;  // another thread's stream: assume work
+  return !backend.stream_query(s->handle);
+}
+
+// ---------------------------------------------------------------------------------------------
+// StreamOrder.
 
 void StreamOrder::add(SyncState& state) {
   if (std::find(states_.begin(), states_.end(), &state) != states_.end()) return;
-  const auto producer = state.handle();
-  if (producer) {
+  std::optional<StreamRef> producer;
+  std::shared_ptr<ImportEvent> ev;
+  {
+    std::lock_guard lock(state.mutex_);
+    producer = state.stream_;
+    ev = state.event_;
+  }
+  if (ev) {
+    // Work on the producer's own stream needs no wait (the stream is alive: it is used).
+    if (ev->producer() != work_.handle) wait_for_event(backend_, work_.handle, ev->event());
+  } else if (producer && !producer->same_stream(work_)) {
     // Several arrays often share one stream: wait for it once.
-    const bool seen = std::any_of(states_.begin(), states_.end(),
-                                  [&](SyncState* s) { return s->handle() == producer; });
-    if (!seen) wait_for(backend_, *producer, work_.handle);
+    const bool seen = std::any_of(waited_.begin(), waited_.end(),
+                                  [&](const StreamRef& s) { return s.same_stream(*producer); });
+    if (!seen) {
+      wait_for(backend_, *producer, work_);
+      waited_.push_back(*producer);
+    }
   }
   states_.push_back(&state);
 }
 
 void StreamOrder::finish() {
-  std::vector<StreamHandle> done;
+  std::vector<StreamRef> done;
   EventHandle ev = 0;
+  bool legacy_waited = false;
   for (SyncState* state : states_) {
-    const auto producer = state->handle();
-    if (!producer) {
-      state->set_stream(work_);
+    std::lock_guard lock(state->mutex_);
+    if (state->event_ && state->event_->producer() != work_.handle && !legacy_waited &&
+        work_.handle != kLegacyDefaultStream) {
+      // A producer's stream cai cannot trust to be alive gets no wait; the legacy stream does,
+      // which orders the producer's later work after this work when its stream is blocking
+      // (docs/architecture.md, "Foreign streams").
+      if (ev == 0) {
+        ev = scratch_event(backend_, device_of_stream(backend_, work_.handle));
+        backend_.event_record(ev, work_.handle);
+      }
+      backend_.stream_wait_event(kLegacyDefaultStream, ev);
+      trace_wait(kLegacyDefaultStream, work_.handle);
+      legacy_waited = true;
+    }
+    if (!state->stream_ || state->event_) {
+      // No stream, or one cai cannot trust to be alive: the data adopts the work stream,
+      // which is ordered after the import's event.
+      state->stream_ = work_;
+      state->event_.reset();
       continue;
     }
-    if (*producer == work_.handle || std::find(done.begin(), done.end(), *producer) != done.end())
+    const StreamRef producer = *state->stream_;
+    if (producer.same_stream(work_) ||
+        std::any_of(done.begin(), done.end(),
+                    [&](const StreamRef& s) { return s.same_stream(producer); }))
       continue;
+    const StreamHandle target = reachable(producer);
+    if (target == kLegacyDefaultStream && work_.handle == kLegacyDefaultStream) continue;
     if (ev == 0) {
-      ev = scratch_event(backend_, work_.handle);
+      ev = scratch_event(backend_, device_of_stream(backend_, work_.handle));
       backend_.event_record(ev, work_.handle);
     }
-    backend_.stream_wait_event(*producer, ev);
-    trace_wait(*producer, work_.handle);
-    done.push_back(*producer);
+    backend_.stream_wait_event(target, ev);
+    trace_wait(target, work_.handle);
+    done.push_back(producer);
   }
   states_.clear();
+  waited_.clear();
 }
 
 }  // namespace cai::sync

@@ -90,16 +90,17 @@ def test_correct_ordering_is_not_a_race():
     np.testing.assert_array_equal(y.copy_to_host(), np.full(1000, 4.0))
 
 
-def test_foreign_arrays_on_the_work_stream_cost_no_event_and_no_wait():
-    # The caster imports a foreign CAI v3 object without touching the device; the launch on the
-    # producer's own stream needs no ordering at all (the CAI's intended elision).
+def test_foreign_arrays_on_the_work_stream_cost_one_event_each_and_no_wait():
+    # The caster imports a foreign CAI v3 object with one event record on the producer's
+    # stream (which the producer may drop); the launch on the producer's own stream needs no
+    # wait at all (the CAI's intended elision), before or after.
     s = cai.stream()
     x, _ = pending_fill(s, 1000, np.float64, 2.0, delay=0.0)
     y = cai.device_array(1000, dtype=np.float64, stream=s)
     cai.reset_device_call_counts()
     _add_ext.add(Producer(x), Producer(x), y, stream=s)
     counts = cai.device_call_counts()
-    assert (counts["event_record"], counts["stream_wait_event"]) == (0, 0), counts
+    assert (counts["event_record"], counts["stream_wait_event"]) == (2, 0), counts
     np.testing.assert_array_equal(y.copy_to_host(), np.full(1000, 4.0))
 
 
@@ -180,3 +181,68 @@ def test_an_extension_built_from_only_the_installed_package(tmp_path):
         capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[0.0, 2.0, 4.0, 6.0]"
+
+
+# An extension's kernel dereferences its arrays itself, so the C API checks them as cai's own
+# operations do before anything runs, and makes their device current (on a GPU the kernel
+# then runs there). Each case in a subprocess: without the check, the kernel would fault.
+MEMORY_CASES = {
+    "a wild pointer": ("a = foreign(0x1000)", "array 0 [0x1000+32) is not CUDA memory"),
+    "a view past its allocation": ("a = foreign(base.ptr + 16)", "runs past the end of its allocation"),
+    "freed memory": ("gone = cai.to_device(np.ones(8, np.float32)); p = gone.ptr; del gone; "
+                     "a = foreign(p)", "is not CUDA memory"),
+}
+
+
+@pytest.mark.parametrize("case", list(MEMORY_CASES))
+def test_extension_kernels_get_the_memory_check(case):
+    setup, message = MEMORY_CASES[case]
+    code = textwrap.dedent(f"""
+        import sys, numpy as np, cai
+        sys.path.insert(0, {str(extensions.directory("_add_ext"))!r})
+        import _add_ext
+        from helpers import DictProducer
+
+        def foreign(ptr):
+            return DictProducer({{"shape": (8,), "typestr": "<f4", "data": (ptr, False),
+                                 "version": 3, "stream": None}})
+
+        base = cai.to_device(np.ones(8, np.float32))
+        out = cai.device_array(8, dtype=np.float32)
+        {setup}
+        try:
+            _add_ext.add(a, base, out)
+        except cai.DeviceError as e:
+            assert {message!r} in str(e), str(e)
+            print("refused")
+    """)
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, CAI_BACKEND="sim", PYTHONPATH=here)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "refused", r.stdout + r.stderr
+
+
+def test_extension_kernels_run_on_their_arrays_device():
+    code = textwrap.dedent(f"""
+        import sys, numpy as np, cai
+        sys.path.insert(0, {str(extensions.directory("_add_ext"))!r})
+        import _add_ext
+        with cai.Device(1):
+            a = cai.to_device(np.arange(8, dtype=np.float32))
+            out = cai.device_array(8, dtype=np.float32)
+            s1 = cai.stream()
+        _add_ext.add(a, a, out, stream=s1)  # device 0 is current; the arrays are on 1
+        assert cai.current_device() == cai.Device(0)  # restored after the call
+        np.testing.assert_array_equal(out.copy_to_host(), 2 * np.arange(8, dtype=np.float32))
+        b = cai.to_device(np.ones(8, np.float32))  # on device 0
+        try:
+            _add_ext.add(a, b, out)
+        except ValueError as e:
+            assert "is on device 1 but array 1 is on device 0" in str(e), str(e)
+            print("refused")
+    """)
+    env = dict(os.environ, CAI_BACKEND="sim", CAI_SIM_DEVICES="2")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "refused", r.stdout + r.stderr

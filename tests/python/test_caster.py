@@ -77,7 +77,7 @@ def test_dtype_and_ndim(probe):
         probe.any_f32_2d(dev(np.zeros((2, 2))))
     with pytest.raises(TypeError, match=r"ndim is 1 \(shape \(3,\)\), expected 2"):
         probe.any_f32_2d(dev(np.zeros(3, np.float32)))
-    assert probe.scalar_f64(dev(np.float64(2.5))) == 2.5
+    assert probe.scalar_f64(dev(np.float64(2.5))).copy_to_host() == 2.5
 
 
 def test_masks_refused_unless_allowed(probe):

@@ -186,6 +186,10 @@ def expect_clean(fn, *args, **kwargs):
     except ALLOWED as e:
         assert str(e), f"{type(e).__name__} without a message"
         return None
+    except cai.DeviceError as e:
+        # A `stream` the driver does not know: the import records an event on it at once.
+        assert "not a stream" in str(e), str(e)
+        return None
     # Anything else (RuntimeError, AttributeError, SystemError, ...) fails the test.
 
 

@@ -91,7 +91,7 @@ def test_demo_first_line_states_the_fallback_and_names_the_document():
     if not cai.cuda_available():
         assert lines[0].startswith(f"cai {cai.__version__} on backend: simulator (no usable "
                                    "CUDA driver here: ")
-        assert "CPU simulator" in lines[0]
+        assert "simulated driver" in lines[0]
         assert sum("simulator" in line for line in lines) == 1  # said once, first
     assert "CUDA Array Interface (Version 3)" in lines[1] and "Numba documentation" in lines[1]
     assert "cai.trace_waits()" in r.stdout
@@ -101,9 +101,14 @@ def test_demo_explains_the_reverse_wait():
     r = run_module("demo")
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
-    waits = [line.strip() for line in out.splitlines() if line.strip().startswith("[wait] stream")]
-    assert len(waits) == 4  # two per cross-stream kernel, none on the same stream
-    assert "reverse wait" in out and "cannot overtake" in out
+    waits = [line.strip() for line in out.splitlines() if line.strip().startswith("[wait] ")]
+    before = [w for w in waits if w.endswith("waits for an event recorded by its producer")]
+    after = [w for w in waits
+             if w.startswith("[wait] legacy default stream (1) waits for an event recorded on")]
+    # One wait per imported array before each kernel (a, b, out; x; x twice and y), and one
+    # reverse wait after each kernel on another stream than the legacy one.
+    assert len(before) == 7 and len(after) == 2 and len(waits) == 9, waits
+    assert "reverse wait" in out and "under the kernel" in out
     assert "correct: out == a + 2a" in out and ": correct" in out
 
 
@@ -129,12 +134,15 @@ def cross_stream_add():
     return a_stream, b_stream
 
 
-def test_trace_waits_records_the_two_waits_of_a_cross_stream_kernel():
+def test_trace_waits_records_the_waits_of_a_cross_stream_kernel():
     with cai.trace_waits() as waits:
         a, b = cross_stream_add()
+    # p is imported twice (an event recorded on its stream each time, at import); the kernel's
+    # stream waits for both; after the kernel, the legacy stream waits for it.
     assert waits.lines == [
-        f"stream {b.handle:#x} waits for an event recorded on stream {a.handle:#x}",
-        f"stream {a.handle:#x} waits for an event recorded on stream {b.handle:#x}"]
+        f"stream {b.handle:#x} waits for an event recorded by its producer",
+        f"stream {b.handle:#x} waits for an event recorded by its producer",
+        f"legacy default stream (1) waits for an event recorded on stream {b.handle:#x}"]
 
 
 def test_trace_waits_is_off_outside_the_block_and_after_an_exception():
@@ -151,12 +159,12 @@ def test_trace_waits_is_off_outside_the_block_and_after_an_exception():
 def test_trace_waits_take_and_nesting(capsys):
     with cai.trace_waits() as outer:
         cross_stream_add()
-        assert len(outer.take()) == 2
+        assert len(outer.take()) == 3
         assert outer.take() == []
         with cai.trace_waits(echo=True) as inner:
             cross_stream_add()
         cross_stream_add()
-    assert len(inner.lines) == 2
-    assert len(outer.lines) == 6
+    assert len(inner.lines) == 3
+    assert len(outer.lines) == 9
     printed = capsys.readouterr().out.splitlines()
     assert printed == [f"[cai wait] {line}" for line in inner.lines]

@@ -254,6 +254,7 @@ def test_a_masked_handle_holds_and_gives_back_both_references():
     assert opened.ptr == arr.ptr and opened.mask.ptr == mask.ptr
     assert cai._cai._ipc_exports_in_use() == 2
     del opened
+    cai.synchronize()  # the references go back after the work queued on the views
     assert cai._cai._ipc_exports_in_use() == 0
 
 
@@ -289,6 +290,7 @@ def test_a_forged_mask_is_refused():
     with pytest.raises(ValueError, match="masks nested more than 8 levels deep"):
         forged(nested)
     rebuild(*fields)                                      # the references `nested` copied
+    cai.synchronize()  # the references go back after the work queued on the views
     assert cai._cai._ipc_exports_in_use() == 0
 
 
@@ -315,3 +317,71 @@ def test_a_shared_view_of_a_python_owner_leaks_nothing_at_exit(pickled):
     """)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
     assert "leaked" not in r.stderr, r.stderr
+
+
+# ----- references and owners -----------------------------------------------------------------
+
+def test_a_reference_goes_back_after_the_importers_work():
+    # The exporter may free or reuse the memory as soon as every reference is back: the
+    # reference of an opened handle goes back once the work queued on its views has run.
+    a = cai.to_device(np.arange(64.0))
+    a.synchronize()
+    s = cai.stream(non_blocking=True)
+    opened = pickle.loads(pickle.dumps(a.get_ipc_handle())).open(stream=s)
+    assert cai._cai._ipc_exports_in_use() == 1
+    with cai.sim.hold(s):                       # the importer's work is still queued...
+        cai.ops.fill(opened, 7.0)
+        del opened                              # ...when its last view goes
+        gc.collect()
+        assert cai._cai._ipc_exports_in_use() == 1
+    s.synchronize()
+    assert cai._cai._ipc_exports_in_use() == 0
+    np.testing.assert_array_equal(a.copy_to_host(), np.full(64, 7.0))
+
+
+def test_two_views_of_one_allocation_keep_both_owners():
+    # Two producers' views of one allocation (two parts of a pool's block): the export keeps
+    # the owner of each, not only the first one's.
+    import weakref
+    from helpers import Producer
+
+    class Owner:
+        pass
+
+    base = cai.to_device(np.arange(64.0))
+    owners = [Owner(), Owner()]
+    alive = [weakref.ref(o) for o in owners]
+    halves = [cai.from_cuda_array_interface(Producer(base[i * 32:(i + 1) * 32])
+                                            .__cuda_array_interface__, owner=owners[i])
+              for i in range(2)]
+    handles = [pickle.dumps(h.get_ipc_handle()) for h in halves]
+    del halves, owners
+    gc.collect()
+    assert all(r() is not None for r in alive)   # both held while references are out
+    for blob in handles:
+        pickle.loads(blob)                       # received and dropped: the reference comes back
+    del handles
+    gc.collect()
+    cai.ipc_collect()
+    gc.collect()
+    assert all(r() is None for r in alive)
+
+
+def test_each_shared_view_carries_its_own_stream_ordering(child):
+    # A fill queued on A, then a view shared from A and another view of the same allocation
+    # shared from an idle stream B: the first handle still waits for A's fill.
+    A, B = cai.stream(non_blocking=True), cai.stream(non_blocking=True)
+    a = cai.device_array(1024, stream=A)
+    cai.ops.fill(a, 0.0)
+    a.synchronize()
+    cai.sim.delay(A, 0.3)
+    cai.ops.fill(a, 5.0)
+    first = a[:512].get_ipc_handle()
+    # Another view of the same memory, whose producer names B (nothing queued on it).
+    other = cai.from_cuda_array_interface(
+        a[512:].__cuda_array_interface__ | {"stream": B.handle}, owner=a)
+    second = other.get_ipc_handle()
+    child.send("open", first, "x")
+    assert child.recv()[0] == "opened"
+    np.testing.assert_array_equal(values_of(child, "x"), np.full(512, 5.0))
+    del second

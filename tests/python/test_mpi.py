@@ -1,8 +1,9 @@
 """MPI through mpi4py (docs/scale-out.md): cai arrays are MPI buffers as they are (mpi4py
 reads their DLPack or CUDA Array Interface). mpi4py never waits for streams, so a program
 makes an array ready with arr.synchronize() before MPI touches it. Runs `mpiexec -n 2` with
-the MPICH wheel from requirements.txt; on the simulator "device" memory is host memory, which
-any MPI can read (a GPU needs a CUDA-aware MPI)."""
+the MPICH wheel from requirements.txt, which is not CUDA-aware: the buffers are managed arrays,
+which the host reaches too (device memory needs a CUDA-aware MPI, on the simulated driver as
+on a GPU)."""
 
 import os
 import subprocess
@@ -26,34 +27,37 @@ PROGRAM = textwrap.dedent("""
     # Send/Recv: the sender's last write is still queued when it reaches MPI; synchronize()
     # makes it ready (without it, MPI would read the older values).
     if rank == 0:
-        buf = cai.device_array(1000, dtype=np.float64, stream=s)
+        buf = cai.managed_array(1000, dtype=np.float64, stream=s)
         cai.ops.fill(buf, 0, stream=s)
         cai.sim.delay(s, 0.05)
         cai.ops.fill(buf, 3.5, stream=s)
         buf.synchronize()
         comm.Send(buf, dest=1, tag=7)
     else:
-        buf = cai.device_array(1000, dtype=np.float64, stream=s)
+        buf = cai.managed_array(1000, dtype=np.float64, stream=s)
         comm.Recv(buf, source=0, tag=7)
         assert (buf.copy_to_host() == 3.5).all()
 
-    # Allreduce, device to device.
-    mine = cai.to_device(np.full(16, rank + 1, dtype=np.int32))
-    total = cai.device_array(16, dtype=np.int32)
+    # Allreduce between managed arrays.
+    mine = cai.managed_array(16, dtype=np.int32)
+    mine.copy_to_device(np.full(16, rank + 1, dtype=np.int32))
+    total = cai.managed_array(16, dtype=np.int32)
     mine.synchronize()
     total.synchronize()
     comm.Allreduce(mine, total, op=MPI.SUM)
     assert (total.copy_to_host() == 3).all()
 
     # Bcast into a view with an offset, and a NumPy buffer on one side, a cai array on the other.
-    row = cai.to_device(np.arange(8.0) * (rank == 0))[2:6]
+    whole = cai.mapped_array(8)
+    whole.copy_to_device(np.arange(8.0) * (rank == 0))
+    row = whole[2:6]
     row.synchronize()
     comm.Bcast(row, root=0)
     assert list(row.copy_to_host()) == [2.0, 3.0, 4.0, 5.0]
     if rank == 0:
         comm.Send(np.arange(4, dtype=np.int64), dest=1)
     else:
-        got = cai.device_array(4, dtype=np.int64)
+        got = cai.managed_array(4, dtype=np.int64)
         got.synchronize()
         comm.Recv(got, source=0)
         assert list(got.copy_to_host()) == [0, 1, 2, 3]

@@ -8,6 +8,11 @@ without sleeping and without timing assertions: the delays only make a wrong ord
 wrong data as well.
 
 Streams A (producer) and B (consumer) are non-blocking, so only events order them.
+
+The producer's stream reaches cai as a bare handle in a foreign dict, so cai does not trust it
+to outlive the import: an event is recorded on it at import and stands for it (an import on
+stream None, 1 or 2 costs nothing); after work on another stream, the legacy default stream
+waits for that work, which orders the producer's later work when its stream is blocking.
 """
 
 import subprocess
@@ -65,10 +70,9 @@ def test_slow_producer_consumer_on_another_stream(streams):
     A, B, x, y, out = slow_producer(*streams, SLOW)
     p = Producer(x)
     imported = cai.as_cuda_array(p)
-    # The imported array's default stream is the producer's stream.
-    assert imported.stream == A
-    assert imported.__cuda_array_interface__["stream"] == A.handle
-    cai.ops.add(imported, y, out, stream=B)  # no RaceError: B waits for an event on A
+    # No default stream: A stays the producer's, stood for by the event recorded at import.
+    assert imported.stream is None
+    cai.ops.add(imported, y, out, stream=B)  # no RaceError: B waits for the import's event
     # The host did not block: the producer is still delayed after the import and enqueue.
     assert not A.query()
     np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 4.0, np.float32))
@@ -203,41 +207,103 @@ def costs():
 NOTHING = dict.fromkeys(COST_KEYS, 0)
 
 
-@pytest.mark.parametrize("how", ["as_cuda_array", "from_cuda_array_interface", "Array",
-                                 "ops argument"])
-def test_an_import_costs_nothing_and_the_producers_stream_waits_for_nothing(streams, how):
-    """CAI v3: the import records no event and waits for nothing; work on the producer's own
-    stream needs no wait at all (the elision the CAI text names)."""
+IMPORTS = ["as_cuda_array", "from_cuda_array_interface", "Array", "ops argument"]
+
+
+def imported(p, how):
+    if how == "as_cuda_array":
+        return cai.as_cuda_array(p)
+    if how == "from_cuda_array_interface":
+        return cai.from_cuda_array_interface(p.__cuda_array_interface__, owner=p)
+    if how == "Array":
+        return cai.Array(p)
+    return p  # imported inside the operation
+
+
+@pytest.mark.parametrize("how", IMPORTS)
+@pytest.mark.parametrize("stream", [None, 1, 2])
+def test_an_import_of_a_default_stream_costs_nothing(how, stream):
+    """The default streams and None are named as they are: no driver call at import, and
+    none for work on that very stream."""
+    x = cai.device_array(N, dtype=np.float32)
+    cai.ops.fill(x, 1.0)
+    x.synchronize()
+    p = Producer(x, stream=stream)
+    costs()
+    y = imported(p, how)
+    if how != "ops argument":
+        assert costs() == NOTHING
+    cai.ops.fill(y, 2.0, stream=stream or 1)
+    assert costs() == NOTHING
+    np.testing.assert_array_equal(x.copy_to_host(), np.full(N, 2.0, np.float32))
+
+
+@pytest.mark.parametrize("how", IMPORTS)
+def test_an_import_of_a_foreign_stream_records_one_event_and_work_on_it_waits_for_nothing(
+        streams, how):
+    """CAI v3 with a producer's own stream: the import records one event on it (the producer
+    may drop the stream afterwards) and waits for nothing; work on the producer's own stream
+    needs no wait at all (the elision the CAI text names)."""
     A, B = streams
     x = cai.device_array(N, dtype=np.float32, stream=A)
     cai.ops.fill(x, 1.0)
     p = Producer(x)
     costs()
-    if how == "as_cuda_array":
-        y = cai.as_cuda_array(p)
-    elif how == "from_cuda_array_interface":
-        y = cai.from_cuda_array_interface(p.__cuda_array_interface__, owner=p)
-    elif how == "Array":
-        y = cai.Array(p)
-    else:
-        y = p  # imported inside the operation
+    y = imported(p, how)
     if how != "ops argument":
-        assert costs() == NOTHING
+        assert costs() == dict(NOTHING, event_record=1)
     cai.ops.fill(y, 2.0, stream=A)
-    assert costs() == NOTHING
+    assert costs() == dict(NOTHING, event_record=0 if how != "ops argument" else 1)
     np.testing.assert_array_equal(x.copy_to_host(stream=A), np.full(N, 2.0, np.float32))
 
 
-def test_work_on_another_stream_costs_one_wait_before_and_one_after(streams):
+def test_work_on_another_stream_costs_one_wait_per_import_and_one_after(streams):
     A, B = streams
     x = cai.device_array(N, dtype=np.float32, stream=A)
     cai.ops.fill(x, 1.0)
     out = cai.device_array(N, dtype=np.float32, stream=B)
     a, b = cai.as_cuda_array(Producer(x)), cai.as_cuda_array(Producer(x))
     costs()
-    cai.ops.add(a, b, out, stream=B)  # two inputs on one producer stream: one wait each way
+    # Before: B waits for each import's event; after: the legacy stream waits for B (one
+    # event record, one wait), never the producer's stream.
+    cai.ops.add(a, b, out, stream=B)
+    assert costs() == dict(NOTHING, event_record=1, stream_wait_event=3)
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 2.0, np.float32))
+
+
+def test_work_on_cai_arrays_costs_one_wait_before_and_one_after(streams):
+    # cai's own arrays name streams cai keeps alive: one record and one wait each way.
+    A, B = streams
+    x = cai.device_array(N, dtype=np.float32, stream=A)
+    cai.ops.fill(x, 1.0)
+    out = cai.device_array(N, dtype=np.float32, stream=B)
+    costs()
+    cai.ops.add(x, x, out, stream=B)
     assert costs() == dict(NOTHING, event_record=2, stream_wait_event=2)
     np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 2.0, np.float32))
+
+
+def test_a_dropped_producer_stream_is_never_used_again(streams):
+    """A producer (CuPy does this) exports its current stream, which its array does not keep
+    alive. cai recorded an event at import; the stream may go before the first use."""
+    import gc
+    A, B = streams
+    gone = cai.stream(non_blocking=True)
+    mem = cai.device_array(N, dtype=np.float32, stream=A)
+    mem.synchronize()
+    cai.sim.delay(gone, 0.2)
+    cai.ops.fill(mem, 4.0, stream=gone)  # the producer's work, on the stream it then drops
+    y = cai.as_cuda_array(Producer(mem, stream=gone.handle))
+    handle = gone.handle
+    del gone
+    gc.collect()
+    with pytest.raises(cai.DeviceError, match="not a stream"):
+        cai.external_stream(handle).synchronize()  # it is really gone
+    C = cai.stream(non_blocking=True)
+    out = cai.device_array(N, dtype=np.float32, stream=C)
+    cai.ops.copy(out, y, stream=C)  # waits for the import's event: ordered, no RaceError
+    assert y.stream == C  # adopted the work stream
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 4.0, np.float32))
 
 
 def slow_consumer(A, B):
@@ -253,13 +319,30 @@ def slow_consumer(A, B):
 
 
 def test_later_producer_work_cannot_overtake_the_consumer(streams):
-    A, B = streams
+    # A blocking producer stream (CuPy's and Numba's default): its later work waits for the
+    # legacy stream, which waited for the consumer's work.
+    A, B = cai.stream(), streams[1]
     x, y, out = slow_consumer(A, B)
     imported = cai.as_cuda_array(Producer(x))
     cai.ops.add(imported, y, out, stream=B)  # reads x on B
-    cai.ops.fill(x, 100.0, stream=A)  # the producer writes x on A: no RaceError, A waited for B
+    cai.ops.fill(x, 100.0, stream=A)  # the producer writes x on A: no RaceError, ordered
     np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 3.0, np.float32))
     np.testing.assert_array_equal(x.copy_to_host(), np.full(N, 100.0, np.float32))
+
+
+def test_a_non_blocking_foreign_producer_stream_is_not_made_to_wait(streams):
+    # The documented limit: cai never touches a foreign stream after the import, and a
+    # non-blocking one does not wait for the legacy stream. The producer's later write on it
+    # races with the consumer's read; synchronizing the consumer's work orders it.
+    A, B = streams
+    x, y, out = slow_consumer(A, B)
+    imported = cai.as_cuda_array(Producer(x))
+    cai.ops.add(imported, y, out, stream=B)
+    with pytest.raises(cai.RaceError):
+        cai.ops.fill(x, 100.0, stream=A)
+    out.synchronize()
+    cai.ops.fill(x, 100.0, stream=A)
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 3.0, np.float32))
 
 
 def test_later_producer_work_overtakes_without_sync(streams):
@@ -305,8 +388,9 @@ def test_producer_with_work_on_several_streams_races_without_sync(streams):
 
 
 def test_consumer_writes_are_ordered_before_producer_reads(streams):
-    # The consumer writes the producer's memory on B; the producer later reads it on A.
-    A, B = streams
+    # The consumer writes the producer's memory on B; the producer later reads it on A (a
+    # blocking stream, ordered through the legacy stream).
+    A, B = cai.stream(), streams[1]
     x = cai.device_array(N, dtype=np.float32, stream=A)
     cai.ops.fill(x, 0.0)
     z = cai.device_array(N, dtype=np.float32, stream=A)
@@ -363,11 +447,12 @@ def test_waits_before_and_after_the_consumer(setup, trace):
     A, B, x, y, out = setup
     trace()
     imported = cai.as_cuda_array(Producer(x))
-    assert trace() == []  # importing enqueues nothing
+    assert trace() == []  # importing enqueues no wait (it records the import's event)
     cai.ops.add(imported, y, out, stream=B)
     lines = trace()
-    assert f"{name(B)} waits for an event recorded on {name(A)}" in lines  # before
-    assert f"{name(A)} waits for an event recorded on {name(B)}" in lines  # after
+    assert f"{name(B)} waits for an event recorded by its producer" in lines  # before
+    assert (f"legacy default stream (1) waits for an event recorded on {name(B)}"
+            in lines)  # after
     assert len(lines) == 2  # y and out are already on B
 
 
@@ -375,8 +460,8 @@ def test_no_wait_on_the_same_stream(setup, trace):
     A, B, x, y, out = setup
     imported = cai.as_cuda_array(Producer(x))
     trace()
-    cai.ops.copy(imported[: N // 2], imported[N // 2:], stream=A)
-    cai.ops.fill(imported, 1.0)  # stream=0: the imported array's stream, A
+    cai.ops.copy(imported[: N // 2], imported[N // 2:], stream=A)  # the producer's own stream
+    cai.ops.fill(imported, 1.0, stream=A)
     assert trace() == []
 
 
@@ -389,12 +474,22 @@ def test_no_wait_without_sync(racy, trace):
     assert not any(name(A) in line for line in trace())
 
 
-def test_one_wait_per_producer_stream(setup, trace):
+def test_one_wait_per_import_and_one_reverse_wait(setup, trace):
     A, B, x, y, out = setup
     first = cai.as_cuda_array(Producer(x[: N // 2]))
     second = cai.as_cuda_array(Producer(x[N // 2:]))
     trace()
     cai.ops.add(first, second, out[: N // 2], stream=B)
+    lines = trace()
+    assert lines.count(f"{name(B)} waits for an event recorded by its producer") == 2
+    assert lines.count(f"legacy default stream (1) waits for an event recorded on {name(B)}") == 1
+
+
+def test_one_wait_per_stream_of_cai_arrays(setup, trace):
+    # cai's own arrays on one stream: one wait before and one after, however many.
+    A, B, x, y, out = setup
+    trace()
+    cai.ops.add(x[: N // 2], x[N // 2:], out[: N // 2], stream=B)
     lines = trace()
     assert lines.count(f"{name(B)} waits for an event recorded on {name(A)}") == 1
     assert lines.count(f"{name(A)} waits for an event recorded on {name(B)}") == 1

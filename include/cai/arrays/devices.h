@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cai/arrays/view.h"
+#include "cai/device/owned.h"
 
 namespace cai {
 
@@ -23,18 +24,8 @@ int device_of(const View& v);
 /// A device uuid as text, 8-4-4-4-12 hex digits (as nvidia-smi writes it, without "GPU-").
 std::string uuid_text(const std::array<std::uint8_t, 16>& uuid);
 
-/// Makes `device` the calling thread's current device for a scope, then restores the previous
-/// one. Does nothing when device < 0 or when it is already current.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device);
-  ~DeviceGuard();
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
+/// The current device for a scope (cai/device/owned.h).
+using DeviceGuard = device::DeviceGuard;
 
 /// An operand of an operation and its name in messages ("dst", "a").
 struct NamedView {

@@ -10,7 +10,9 @@
 namespace cai {
 
 /// The DLPack device of a View's memory: kDLCUDA for device memory (the simulator's too),
-/// kDLCUDAHost for pinned, kDLCUDAManaged for managed, kDLCPU for memory no backend knows.
+/// kDLCUDAHost for pinned, kDLCUDAManaged for managed. Memory the driver does not know (a
+/// foreign or freed pointer) is Error(buffer_error): it has no DLPack device, and kDLCPU would
+/// make a consumer read it on the host.
 DLDevice dlpack_device(const View& v);
 
 /// A new owning tensor that keeps `v` (and what keeps it alive) until its deleter runs.

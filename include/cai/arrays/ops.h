@@ -23,8 +23,13 @@ void elementwise(device::ElementwiseOp op, const View& out, std::span<const View
 /// out = a + b elementwise (ElementwiseOp::add).
 void add(const View& out, const View& a, const View& b, const sync::StreamRef& stream);
 /// Host memory <-> device: a contiguous host buffer of dst.layout().nbytes() bytes in C order.
-void copy_from_host(const View& dst, const void* host, const sync::StreamRef& stream);
-void copy_to_host(void* host, const View& src, const sync::StreamRef& stream);
+/// `blocking`: return once the copy is done. Otherwise the copy is queued and the call returns
+/// at once when the host buffer is page-locked (pinned, mapped or registered); with pageable
+/// memory the driver finishes the copy before returning anyway (cuMemcpyAsync's documented
+/// behaviour), so the caller may reuse the buffer.
+void copy_from_host(const View& dst, const void* host, const sync::StreamRef& stream,
+                    bool blocking = true);
+void copy_to_host(void* host, const View& src, const sync::StreamRef& stream, bool blocking = true);
 /// dst = a strided host array (a View of pageable or pinned host memory, any strides, same
 /// shape and dtype); returns once copied. Other Views must be device memory: copy() refuses
 /// host memory (Error(device_error)).

@@ -1,6 +1,7 @@
 #pragma once
 
-// Owning handles over the Backend: a stream or an event destroyed with its last owner.
+// Scopes over the Backend: a stream or an event destroyed with its last owner, a current
+// device restored at the end of a scope.
 
 #include <memory>
 
@@ -55,6 +56,34 @@ class OwnedEvent {
  private:
   EventHandle handle_;
   bool timing_;
+};
+
+/// Makes `device` the calling thread's current device for a scope, then restores the previous
+/// one. Does nothing when device < 0 or when it is already current.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : DeviceGuard(backend(), device) {}
+  DeviceGuard(Backend& b, int device) : backend_(b) {
+    if (device < 0) return;
+    const int current = b.current_device();
+    if (current == device) return;
+    b.set_current_device(device);
+    previous_ = current;
+  }
+  ~DeviceGuard() {
+    if (previous_ < 0) return;
+    try {
+      backend_.set_current_device(previous_);
+    } catch (...) {
+      // The device existed a moment ago; nothing sensible to do in a destructor.
+    }
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  Backend& backend_;
+  int previous_ = -1;
 };
 
 }  // namespace cai::device

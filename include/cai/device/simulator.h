@@ -82,8 +82,8 @@ void forget(Backend& b, std::uint64_t ptr, std::size_t bytes);
 
 Stats stats(Backend& b);
 
-/// How often each driver entry point was called since the last reset (by entry name; the
-/// simulator's own entries included), and the reset.
+/// How often each driver entry point was called since the last reset (by entry name; not the
+/// simulator's own entries), and the reset.
 std::map<std::string, std::uint64_t> driver_calls(Backend& b);
 void reset_driver_calls(Backend& b);
 

@@ -10,6 +10,18 @@
 //           work cannot overtake it), which also keeps the producer rule: synchronizing on the
 //           exported stream alone is enough.
 // Data with no stream adopts the work stream, so that re-exporting it names a stream to wait on.
+//
+// Two kinds of producer stream need more than a handle:
+//   - handle 2 is the per-thread default stream of the thread that named it: another thread's
+//     2 is another stream, which this thread cannot name. It is reached through the legacy
+//     default stream (1), which is ordered with every blocking stream of its device, the
+//     per-thread default streams included;
+//   - a foreign stream (any other handle an import names) is the producer's, which may destroy
+//     it after the import (CuPy exports its current stream, which the array does not keep
+//     alive): an event is recorded on it at import, and stands for it from then on. Work on
+//     another stream waits for that event; after the work, the legacy default stream (not the
+//     producer's) waits for it, which orders the producer's later work when its stream is
+//     blocking. The data adopts the work stream.
 
 #include <cstdint>
 #include <memory>
@@ -23,13 +35,55 @@
 
 namespace cai::sync {
 
+using device::EventHandle;
 using device::StreamHandle;
 
-/// A stream handle and what keeps the stream alive (null for streams cai does not own:
-/// the default streams, or a producer's stream that the producer keeps alive).
+/// The calling host thread, as a number never reused: what tells one thread's per-thread
+/// default stream from another's.
+std::uint64_t thread_tag() noexcept;
+
+/// A stream handle and what keeps the stream alive (null for streams cai does not own: the
+/// default streams, or a producer's stream that the producer keeps alive).
 struct StreamRef {
   StreamHandle handle = 0;
   std::shared_ptr<const void> owner;
+  /// For handle 2: the thread whose per-thread default stream it is (0 for other handles).
+  std::uint64_t thread = 0;
+
+  StreamRef() = default;
+  StreamRef(StreamHandle h, std::shared_ptr<const void> o = nullptr)  // NOLINT: a handle is one
+      : handle(h),
+        owner(std::move(o)),
+        thread(h == device::kPerThreadDefaultStream ? thread_tag() : 0) {}
+
+  /// Whether both name one stream (handle 2 of two threads are two streams).
+  bool same_stream(const StreamRef& other) const noexcept {
+    return handle == other.handle && thread == other.thread;
+  }
+  /// Whether it is another thread's per-thread default stream, which this thread cannot name.
+  bool other_thread() const noexcept {
+    return handle == device::kPerThreadDefaultStream && thread != thread_tag();
+  }
+};
+
+/// An event recorded on a producer's stream at import, standing for the work queued there
+/// then; destroyed (recycled) with its last owner.
+class ImportEvent {
+ public:
+  ImportEvent(device::Backend& backend, StreamHandle producer);
+  ~ImportEvent();
+  ImportEvent(const ImportEvent&) = delete;
+  ImportEvent& operator=(const ImportEvent&) = delete;
+
+  EventHandle event() const noexcept { return event_; }
+  /// The producer's handle: work on it needs no wait (the producer's own stream, if alive).
+  StreamHandle producer() const noexcept { return producer_; }
+
+ private:
+  device::Backend& backend_;
+  EventHandle event_ = 0;
+  int device_ = 0;
+  StreamHandle producer_ = 0;
 };
 
 /// The stream of one piece of memory, shared by an array and all of its views.
@@ -38,31 +92,66 @@ class SyncState {
   SyncState() = default;
   explicit SyncState(std::optional<StreamRef> stream) : stream_(std::move(stream)) {}
 
-  /// The CAI `stream` of the data: none when no work is queued on it.
-  std::optional<StreamHandle> handle() const {
-    std::lock_guard lock(mutex_);
-    return stream_ ? std::optional<StreamHandle>(stream_->handle) : std::nullopt;
-  }
+  /// The state of memory imported with the producer's stream `producer` (the CAI `stream`
+  /// key): the default streams are kept as handles (free); any other handle gets an event
+  /// recorded on it now (one event record, the cost of not trusting the stream to outlive the
+  /// import). Nothing blocks.
+  static std::shared_ptr<SyncState> imported(device::Backend& backend, StreamHandle producer);
+  /// The same for a state that exists already (its previous stream is forgotten).
+  void set_imported(device::Backend& backend, StreamHandle producer);
+
+  /// The stream cai may enqueue work on after the data's pending work: none for data that
+  /// never had work queued, or whose producer's stream stands behind an import event.
   std::optional<StreamRef> stream() const {
     std::lock_guard lock(mutex_);
     return stream_;
   }
+  /// The import event standing for the producer's stream, if any.
+  std::shared_ptr<const ImportEvent> event() const {
+    std::lock_guard lock(mutex_);
+    return event_;
+  }
+  /// Whether any work is pending as far as cai knows (a stream or an import event).
+  bool has_work() const {
+    std::lock_guard lock(mutex_);
+    return stream_ || event_;
+  }
   void set_stream(std::optional<StreamRef> s) {
     std::lock_guard lock(mutex_);
     stream_ = std::move(s);
+    event_.reset();
   }
 
+  /// The stream to export (the CAI `stream` key, DLPack's producer stream): a stream this
+  /// thread can name and that is alive. A foreign stream behind an import event, or another
+  /// thread's per-thread default stream, is replaced by the legacy default stream (1) ordered
+  /// after it (one wait or one event record, once). None when no work is pending.
+  std::optional<StreamHandle> export_handle(device::Backend& backend);
+  /// Makes `waiter` wait for the pending work (the "before" of StreamOrder for one state, e.g.
+  /// a consumer's stream given to __dlpack__). With devices >= 0, the state's work is on
+  /// `state_device` and the waiter on `waiter_device` (either current as needed).
+  void order_before(device::Backend& backend, const StreamRef& waiter, int state_device = -1,
+                    int waiter_device = -1) const;
+  /// Blocks the host until the pending work is done.
+  void synchronize(device::Backend& backend) const;
+  /// Whether pending work may still run (never blocks).
+  bool busy(device::Backend& backend) const;
+
  private:
+  friend class StreamOrder;
   mutable std::mutex mutex_;
   std::optional<StreamRef> stream_;
+  std::shared_ptr<ImportEvent> event_;
 };
 
 /// Orders one piece of stream work against the data it touches.
 /// Usage: StreamOrder order(backend, work); order.add(a_state); order.add(b_state);
 ///        ... enqueue the work on work.handle ...; order.finish();
 /// Each distinct data stream costs one event record and one wait before, and one wait after
-/// (the work stream's event is recorded once). Data already on the work stream costs nothing.
-/// The caller keeps the states alive until finish().
+/// (the work stream's event is recorded once); data behind an import event one wait before
+/// and one wait of the legacy stream after (once per order).
+/// Data already on the work stream costs nothing. The caller keeps the states alive until
+/// finish().
 class StreamOrder {
  public:
   StreamOrder(device::Backend& backend, StreamRef work)
@@ -70,21 +159,30 @@ class StreamOrder {
   StreamOrder(const StreamOrder&) = delete;
   StreamOrder& operator=(const StreamOrder&) = delete;
 
-  /// Makes the work stream wait for the data's stream now, and remembers the data for finish().
+  /// Makes the work stream wait for the data's pending work now, and remembers the data for
+  /// finish().
   void add(SyncState& state);
   /// After the work is enqueued: makes each data stream wait for it; data without a stream
-  /// adopts the work stream.
+  /// (or behind an import event) adopts the work stream.
   void finish();
 
  private:
   device::Backend& backend_;
   StreamRef work_;
   std::vector<SyncState*> states_;
+  std::vector<StreamRef> waited_;  // producer streams waited for already
 };
 
 /// Makes `waiter` wait for all work queued so far on `producer` (record + wait, no host block).
-/// Does nothing when they are the same stream.
-void wait_for(device::Backend& backend, StreamHandle producer, StreamHandle waiter);
+/// Does nothing when they are the same stream. Another thread's per-thread default stream is
+/// reached through the legacy default stream.
+void wait_for(device::Backend& backend, const StreamRef& producer, const StreamRef& waiter);
+/// The same across devices: each handle names a stream of its device (the default streams
+/// that device's); the event is made on and recorded in the producer's device.
+void wait_for(device::Backend& backend, const StreamRef& producer, int producer_device,
+              const StreamRef& waiter, int waiter_device);
+/// Makes `waiter` wait for an event recorded elsewhere (another process's, an import's).
+void wait_for_event(device::Backend& backend, StreamHandle waiter, EventHandle event);
 
 /// A hook that sees every wait that cai enqueues (for `python -m cai demo` and debugging).
 using TraceFn = void (*)(const std::string& line);

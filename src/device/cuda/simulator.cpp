@@ -16,14 +16,15 @@ namespace {
 
 using namespace cu;
 
-detail::BackendState& simulated(Backend& b, const char* where) {
+// `context`: the call may name a default stream, which is the current context's.
+detail::BackendState& simulated(Backend& b, const char* where, bool context = false) {
   detail::BackendState& st = b.state();
   if (st.sim == nullptr) {
     throw_error(Errc::device_error, std::string("cai::device::sim::") + where +
                                         "(): the driver is \"" + std::string(b.name()) +
                                         "\", not the simulator; set CAI_BACKEND=sim");
   }
-  st.current_context();  // the default streams name the current context's
+  if (context) st.current_context();
   return st;
 }
 
@@ -58,7 +59,7 @@ bool active() {
 }
 
 void delay(Backend& b, StreamHandle s, double seconds) {
-  auto& st = simulated(b, "delay");
+  auto& st = simulated(b, "delay", true);
   CAI_SIM(st, caiSimDelay, detail::to_stream(s, "delay()"), seconds);
 }
 void delay(StreamHandle s, double seconds) {
@@ -66,7 +67,7 @@ void delay(StreamHandle s, double seconds) {
 }
 
 void host_access(Backend& b, const Access& access, std::string_view what) {
-  auto& st = simulated(b, "host_access");
+  auto& st = simulated(b, "host_access", true);
   if (access.shape.size() != access.strides.size())
     throw_error(Errc::value_error, std::string(what) + "(): shape and strides differ in length");
   const CaiSimAccess a = to_driver(access);
@@ -81,7 +82,7 @@ void host_access(std::uint64_t ptr, std::size_t bytes, bool write) {
 
 void enqueue_task(Backend& b, StreamHandle s, std::span<const Access> accesses, Task fn,
                   std::string_view name) {
-  auto& st = simulated(b, "enqueue_task");
+  auto& st = simulated(b, "enqueue_task", true);
   const std::string label(name);
   if (!fn) throw_error(Errc::value_error, label + "(): the task is empty");
   std::vector<CaiSimAccess> list;
@@ -154,12 +155,10 @@ Stats stats(Backend& b) {
 
 std::map<std::string, std::uint64_t> driver_calls(Backend& b) {
   auto& st = simulated(b, "driver_calls");
-  std::vector<unsigned long long> counts(driver_entry_count + sim_entry_count);
+  std::vector<unsigned long long> counts(driver_entry_count);
   CAI_SIM(st, caiSimGetCallCounts, counts.data(), counts.size());
   std::map<std::string, std::uint64_t> out;
   for (std::size_t i = 0; i < driver_entry_count; ++i) out[driver_entry_names[i]] = counts[i];
-  for (std::size_t i = 0; i < sim_entry_count; ++i)
-    out[sim_entry_names[i]] = counts[driver_entry_count + i];
   return out;
 }
 

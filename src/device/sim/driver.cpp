@@ -369,7 +369,7 @@ CUresult SimDriver::caiSimInjectError(const char* entry, CUresult result, unsign
   for (std::size_t i = 0; i < sim_entry_count; ++i)
     if (std::strcmp(entry, sim_entry_names[i]) == 0) index = driver_entry_count + i;
   if (index == k_entry_count)
-    return fail(CUDA_ERROR_NOT_FOUND, std::string("no entry point named ") + entry);
+    return fail(CUDA_ERROR_INVALID_VALUE, std::string("no entry point named ") + entry);
   std::lock_guard g(inject_mu_);
   injections_[index] = Injection{result, skip, times};
   any_injection_ = true;

@@ -77,12 +77,31 @@ const SimDriver::Allocation* SimDriver::find_locked(std::uint64_t lo, std::uint6
   return nullptr;
 }
 
+const SimDriver::Allocation* SimDriver::chunks_locked(std::uint64_t lo, std::uint64_t hi,
+                                                      std::uint64_t& base) const {
+  // Consecutive chunks of one mapping are one range of addresses to a kernel, as on a GPU.
+  auto it = memory_.upper_bound(lo);
+  if (it == memory_.begin()) return nullptr;
+  --it;
+  if (it->second.kind != Kind::chunk || lo - it->first >= it->second.size) return nullptr;
+  const auto first = it;
+  std::uint64_t end = it->first + it->second.size;
+  for (++it; end < hi && it != memory_.end() && it->first == end &&
+             it->second.kind == Kind::chunk && it->second.chunk_group == first->second.chunk_group;
+       ++it)
+    end += it->second.size;
+  if (end < hi) return nullptr;
+  base = first->first;
+  return &first->second;
+}
+
 CUresult SimDriver::reach_locked(std::uint64_t lo, std::uint64_t hi, int device, bool pageable_ok,
                                  CUresult error, const char* what, std::int64_t& delta) {
   const std::string where = std::string(what) + " " + range_of(lo, hi);
   std::uint64_t base = 0;
   bool partial = false;
   const Allocation* a = find_locked(lo, hi, &base, &partial);
+  if (a == nullptr && partial) a = chunks_locked(lo, hi, base);
   if (a == nullptr) {
     if (partial) return fail(error, where + " straddles the end or the start of an allocation");
     for (const DeviceState& ds : device_state_) {
@@ -491,8 +510,11 @@ CUresult SimDriver::copy_locked(std::unique_lock<std::mutex>& lk, CUdeviceptr ds
   }
   // Pageable host memory (outside every allocation) makes the copy synchronous, as the driver
   // documents: the caller may reuse its buffer as soon as the call returns.
-  const bool pageable =
-      find_locked(dst, dst + bytes) == nullptr || find_locked(src, src + bytes) == nullptr;
+  auto known = [&](std::uint64_t lo) {
+    std::uint64_t base = 0;
+    return find_locked(lo, lo + bytes) != nullptr || chunks_locked(lo, lo + bytes, base) != nullptr;
+  };
+  const bool pageable = !known(dst) || !known(src);
   std::vector<AccessRun> runs{{src, src + bytes, false}, {dst, dst + bytes, true}};
   runs = normalize_runs(std::move(runs));
   Op op;

@@ -195,6 +195,8 @@ class SimDriver {
   /// some of it).
   const Allocation* find_locked(std::uint64_t lo, std::uint64_t hi, std::uint64_t* base = nullptr,
                                 bool* partial = nullptr) const;
+  /// The first chunk of the consecutive chunks of one mapping that hold [lo, hi), or null.
+  const Allocation* chunks_locked(std::uint64_t lo, std::uint64_t hi, std::uint64_t& base) const;
   /// The CPU address of [lo, hi) for an operation of `device`'s streams: device memory of that
   /// device, host memory (pinned, registered, managed, or `pageable_ok` host memory outside
   /// every allocation). Fails with CUDA_ERROR_ILLEGAL_ADDRESS (kernels) or INVALID_VALUE.

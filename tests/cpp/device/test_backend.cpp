@@ -541,3 +541,77 @@ INSTANTIATE_TEST_SUITE_P(driver, cuda_backend_test, ::testing::Values("sim", "cu
                          [](const auto& info) { return info.param; });
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Memory of pools and of virtual-memory mappings, on the simulated driver (it makes both).
+
+namespace cai::device {
+namespace {
+
+using cai::test::ThrowsCaiError;
+using test::addr;
+using test::dense;
+using ::testing::HasSubstr;
+
+TEST(backend_pools, a_view_across_chunks_of_one_mapping_is_accepted) {
+  // PyTorch's expandable segments map one allocation as chunks the driver reports one by one.
+  auto b = detail::make_sim_backend();
+  const std::uint64_t p = sim::alloc_chunked(*b, 4096, 3);
+  const std::int32_t v = 7;
+  b->fill_async(dense(p, {3072}, 4), &v, kLegacyDefaultStream);  // all three chunks
+  std::vector<std::int32_t> host(3072);
+  b->copy_async(addr(host.data()), p, host.size() * 4, kLegacyDefaultStream);
+  b->stream_synchronize(kLegacyDefaultStream);
+  EXPECT_EQ(host, std::vector<std::int32_t>(3072, 7));
+  EXPECT_THAT([&] { b->fill_async(dense(p + 8192, {2000}, 4), &v, kLegacyDefaultStream); },
+              ThrowsCaiError(Errc::device_error, HasSubstr("runs past the end of its allocation")));
+  // Mapped memory has no context and its ranges are reused at will: asked every time.
+  b->reset_call_counts();
+  b->pointer_info(p + 5000);
+  b->pointer_info(p + 5000);
+  EXPECT_EQ(b->call_counts().pointer_query, 2u);
+  sim::free_chunked(*b, p);
+}
+
+TEST(backend_pools, memory_of_a_stream_ordered_pool_is_refused_for_ipc_clearly) {
+  auto b = detail::make_sim_backend();
+  const std::uint64_t p = b->alloc_async(256, kLegacyDefaultStream);
+  EXPECT_THAT([&] { b->ipc_export_memory(p); },
+              ThrowsCaiError(Errc::device_error, HasSubstr("not legacy-IPC capable")));
+  b->free(p);  // no context: freed in the current one, no null context pushed
+  b->synchronize();
+}
+
+TEST(backend_pools, foreign_pool_memory_is_never_remembered_and_a_stale_range_is_asked_again) {
+  auto b = detail::make_sim_backend(2);
+  // Another library over the same driver: its memory is foreign to `b`.
+  auto other = detail::make_backend(b->state().driver);
+  const std::uint64_t pooled = other->alloc_async(4096, kLegacyDefaultStream);
+  const std::uint64_t block = other->alloc(MemoryKind::device, 4096);
+  b->reset_call_counts();
+  b->pointer_info(pooled);
+  b->pointer_info(pooled);
+  b->pointer_info(block);
+  b->pointer_info(block);
+  EXPECT_EQ(b->call_counts().pointer_query, 3u);  // the pool's twice, the block's once
+  // A remembered range that names another device than the work's (its addresses reused by
+  // a pool of that device since) is asked about again before the work trusts it.
+  detail::Ranges::Entry stale;
+  stale.info = b->pointer_info(block);
+  stale.info.device = 1;
+  stale.cacheable = true;
+  b->state().ranges.forget(block, 4096);
+  b->state().ranges.add_foreign(stale);
+  b->reset_call_counts();
+  const std::int32_t v = 3;
+  b->fill_async(dense(block, {1024}, 4), &v, kLegacyDefaultStream);
+  EXPECT_EQ(b->call_counts().pointer_query, 1u);
+  EXPECT_EQ(b->pointer_info(block).device, 0);
+  b->synchronize();
+  other->free_async(pooled, kLegacyDefaultStream);
+  other->free(block);
+  other->synchronize();
+}
+
+}  // namespace
+}  // namespace cai::device

@@ -66,7 +66,8 @@ NB_MODULE(CAI_PROBE_MODULE, m) {
   m.def("masked_f64_1d",
         [](cai::nb::array<const double, 1, cai::allow_mask> a) { return describe(a); });
   m.def("unmasked_f64_1d", [](cai::nb::array<const double, 1> a) { return describe(a); });
-  m.def("scalar_f64", [](cai::nb::array<const double, 0> a) { return *a.data(); });
+  // A 0-d array back to Python (its element is device memory: the host does not read it).
+  m.def("scalar_f64", [](cai::nb::array<const double, 0> a) { return a; });
   // Overloads: the first pass picks the one that fits without conversions.
   m.def("overloaded", [](cai::nb::array<const float, 1>) { return std::string("f32"); });
   m.def("overloaded", [](cai::nb::array<const double, 1>) { return std::string("f64"); });

@@ -1,0 +1,123 @@
+"""Memory the host reaches, and asynchronous host copies (docs/python.md, "Host memory"):
+managed_array, mapped_array, pinned_array and pinned(*arrays) as Numba has them; copies with a
+stream and page-locked host memory are queued without the host waiting, copies with pageable
+memory finish before the call returns (the driver's documented behaviour), and stream=0 always
+waits. Asynchrony is shown with cai.sim.delay and stream.query(), never with the clock."""
+
+import numpy as np
+import pytest
+
+import cai
+
+kDLCUDAHost, kDLCUDAManaged = 3, 13
+
+
+@pytest.fixture
+def slow():
+    """A non-blocking stream whose next work starts late: query() says whether a call waited."""
+    s = cai.stream(non_blocking=True)
+    cai.sim.delay(s, 0.2)
+    return s
+
+
+@pytest.mark.parametrize("make,device_type", [(cai.managed_array, kDLCUDAManaged),
+                                              (cai.mapped_array, kDLCUDAHost)])
+def test_device_arrays_the_host_reads_in_place(make, device_type):
+    a = make((2, 3), dtype=np.float32)
+    assert isinstance(a, cai.DeviceNDArray)
+    assert a.__dlpack_device__()[0] == device_type
+    cai.ops.fill(a, 2.5)
+    host = np.asarray(a)  # waits for the fill, then views the same memory
+    np.testing.assert_array_equal(host, np.full((2, 3), 2.5, np.float32))
+    host[1, 2] = 7
+    assert a.copy_to_host()[1, 2] == 7  # one memory
+    assert np.asarray(a, copy=False).ctypes.data == a.ptr
+    assert np.array(a, copy=True).ctypes.data != a.ptr
+    assert np.asarray(a, dtype=np.float64).dtype == np.float64
+
+
+def test_a_host_view_waits_for_the_work_queued_on_the_array(slow):
+    a = cai.managed_array(1000, stream=slow)
+    cai.ops.fill(a, 3.0)  # queued behind the delay
+    assert not slow.query()
+    np.testing.assert_array_equal(np.asarray(a), np.full(1000, 3.0))
+
+
+def test_device_memory_is_still_only_copied():
+    a = cai.to_device(np.arange(4.0))
+    with pytest.raises(ValueError, match="copy=False"):
+        np.asarray(a, copy=False)
+    assert np.asarray(a).ctypes.data != a.ptr
+
+
+def test_options_numba_has_that_cai_does_not():
+    with pytest.raises(NotImplementedError, match="attach_global=False"):
+        cai.managed_array(4, attach_global=False)
+    with pytest.raises(NotImplementedError, match="wc=True"):
+        cai.mapped_array(4, wc=True)
+    assert cai.mapped_array(4, portable=True).shape == (4,)
+
+
+def test_pinned_array_is_a_numpy_array_whose_copies_do_not_wait(slow):
+    p = cai.pinned_array((4, 5), dtype=np.int32, order="F")
+    assert type(p) is np.ndarray and p.flags.f_contiguous
+    p[...] = np.arange(20).reshape(4, 5)
+    d = cai.to_device(p, stream=slow)  # queued
+    assert not slow.query()
+    out = cai.pinned_array((4, 5), dtype=np.int32)
+    d.copy_to_host(out, stream=slow)  # queued too: out is filled once the stream gets there
+    assert not slow.query()
+    slow.synchronize()
+    np.testing.assert_array_equal(out, np.arange(20).reshape(4, 5))
+
+
+def test_pageable_copies_finish_before_returning_even_with_a_stream(slow):
+    host = np.arange(64.0)
+    d = cai.to_device(host, stream=slow)
+    assert slow.query()  # the copy waited for the stream: the caller may reuse host at once
+    host[:] = -1
+    cai.sim.delay(slow, 0.2)
+    back = d.copy_to_host(stream=slow)
+    assert slow.query()
+    np.testing.assert_array_equal(back, np.arange(64.0))
+
+
+def test_stream_zero_always_waits():
+    s = cai.stream(non_blocking=True)
+    d = cai.device_array(8, stream=s)
+    cai.ops.fill(d, 1.0)
+    cai.sim.delay(s, 0.2)
+    cai.ops.fill(d, 2.0)
+    p = cai.pinned_array(8)
+    d.copy_to_host(p)  # stream=0: Numba's synchronous copy, pinned memory or not
+    assert s.query()
+    np.testing.assert_array_equal(p, np.full(8, 2.0))
+
+
+def test_pinned_page_locks_numpy_arrays_for_a_block(slow):
+    x = np.ones((3, 3))
+    with cai.pinned(x):
+        d = cai.to_device(x, stream=slow)
+        assert not slow.query()  # page-locked: queued
+        slow.synchronize()
+        with pytest.raises(cai.DeviceError, match="CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"):
+            with cai.pinned(x[1:]):
+                pass
+    cai.sim.delay(slow, 0.2)
+    cai.to_device(x, stream=slow)
+    assert slow.query()  # pageable again after the block
+    np.testing.assert_array_equal(d.copy_to_host(), x)
+    with pytest.raises(TypeError, match="expected NumPy arrays"):
+        with cai.pinned([1, 2]):
+            pass
+    with cai.pinned(np.zeros(0)):  # nothing to lock
+        pass
+
+
+def test_a_failed_pinned_block_unlocks_what_it_locked():
+    x, y = np.ones(16), np.ones(16)
+    with pytest.raises(TypeError):
+        with cai.pinned(x, "not an array"):
+            pass
+    with cai.pinned(x, y):  # x was unlocked: it locks again
+        pass
