@@ -168,7 +168,8 @@ void bind_device(nb::module_& m) {
         NoGil nogil;
         backend().synchronize();
       },
-      "Waits for all work on the current device.");
+      "Waits for all work on the current device, and for the memory of dropped arrays to be "
+      "given back to the driver (frees run on a backend thread; docs/python.md).");
   m.def(
       "backend", [] { return std::string(backend().name()); },
       "'cuda' or 'simulator': the backend chosen (CAI_BACKEND=sim|cuda forces one).");

@@ -13,7 +13,8 @@ DeviceBuffer::DeviceBuffer(device::MemoryKind kind, std::size_t bytes)
 DeviceBuffer::~DeviceBuffer() {
   if (device::exiting()) return;  // leaked: freeing would wait for the streams
   try {
-    device::backend().free(ptr_);
+    // Not free(): the driver's free would wait for every stream of the device.
+    device::backend().free_deferred(ptr_);
   } catch (...) {
     // A destructor must not throw; a failed free leaks the allocation.
   }

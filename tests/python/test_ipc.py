@@ -339,6 +339,37 @@ def test_a_reference_goes_back_after_the_importers_work():
     np.testing.assert_array_equal(a.copy_to_host(), np.full(64, 7.0))
 
 
+def test_collecting_and_sharing_wait_for_no_unrelated_stream():
+    """ipc_collect(), get_ipc_handle() and pickling free the exports given back; the driver's
+    free waits for every stream of the device, so they must not free on the caller's thread
+    while an unrelated stream is busy (issue: each waited 1.45 s for a delayed stream). In a
+    fresh interpreter: a call that waited for the held stream would hang it."""
+    r = run_isolated("""
+        import gc, pickle
+        import numpy as np, cai
+        from scale_helpers import importer_child
+        with importer_child() as child:
+            a = cai.to_device(np.arange(8.0))
+            child.send("open", a.get_ipc_handle(), "a")
+            child.recv()
+            child.send("drop", "a")               # the importer gives its reference back
+            child.recv()
+            del a
+            gc.collect()
+            other = cai.to_device(np.ones(4))
+            s = cai.stream()
+            with cai.sim.hold(s):
+                cai.ops.fill(cai.device_array(8, stream=s), 1.0)   # queued behind the hold
+                cai.ipc_collect()
+                h = other.get_ipc_handle()
+                pickle.dumps(h)
+                assert not s.query()
+            cai.synchronize()
+            print(cai._cai._ipc_exports_in_use())  # only `other` is still shared
+    """, timeout=120, pythonpath=[os.path.dirname(__file__)])
+    assert r.returncode == 0 and r.stdout.split()[-1:] == ["1"], (r.stdout, r.stderr[-2000:])
+
+
 def test_two_views_of_one_allocation_keep_both_owners():
     # Two producers' views of one allocation (two parts of a pool's block): the export keeps
     # the owner of each, not only the first one's.

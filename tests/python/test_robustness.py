@@ -151,9 +151,8 @@ def test_exchange_api_cache_sees_a_deleted_or_added_attribute():
 # ----- 9. freeing without the GIL ---------------------------------------------------------------
 
 def test_freeing_does_not_block_other_threads():
-    """del of an array whose stream still has queued work waits for that work (the free is
-    stream-ordered), but other Python threads run meanwhile: the main thread sees the stream
-    still busy while the deleting thread is inside the free."""
+    """del of an array whose stream still has queued work returns while that work is queued
+    (a backend thread frees the memory), and other Python threads run meanwhile."""
     s = cai.stream(non_blocking=True)
     cai.sim.delay(s, 2.0)
     x = cai.device_array(1 << 12, stream=s)
@@ -173,6 +172,24 @@ def test_freeing_does_not_block_other_threads():
     t.join()
     assert ref() is None
     assert busy_while_freeing, "the free held the GIL until the stream drained"
+
+
+def test_freeing_waits_for_no_unrelated_stream():
+    """The driver's free waits for every stream of the device; dropping arrays that never used
+    a busy stream must not (issue: del waited 1.45 s for a delayed stream, holding the GIL).
+    In a fresh interpreter: a free that waited for the held stream would hang it."""
+    r = run_isolated("""
+        import numpy as np, cai
+        s = cai.stream()
+        other = [cai.to_device(np.ones(100)), cai.pinned_array(10), cai.managed_array(10)]
+        with cai.sim.hold(s):
+            cai.ops.fill(cai.device_array(8, stream=s), 1.0)   # queued behind the hold
+            other.clear()                                       # must return
+            assert not s.query()
+        cai.synchronize()                                       # the frees are done too
+        print("returned")
+    """, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "returned", r.stderr[-2000:]
 
 
 # ----- 11. masks are refused where they cannot be carried, never dropped ------------------------

@@ -128,6 +128,14 @@ class Backend {
   // Memory. alloc(…, 0) returns 0 and free(0) does nothing.
   std::uint64_t alloc(MemoryKind kind, std::size_t bytes);
   void free(std::uint64_t ptr);
+  /// free() without blocking the caller. The driver's cuMemFree waits for the work of every
+  /// stream of the device, not only the work that used the memory, so a thread of the backend
+  /// frees instead, in call order. ptr is checked here (the errors of free()); a failed free
+  /// on that thread leaks the allocation. An alloc() that finds no memory waits for these
+  /// frees and tries once more.
+  void free_deferred(std::uint64_t ptr);
+  /// Waits until every free_deferred() called so far has freed its memory.
+  void flush_frees();
   PointerInfo pointer_info(std::uint64_t ptr);
   /// Page-locks host memory the caller owns (cuMemHostRegister) until host_unregister.
   void host_register(std::uint64_t ptr, std::size_t bytes);
@@ -180,7 +188,7 @@ class Backend {
   bool event_query(EventHandle e);
   float event_elapsed_ms(EventHandle start, EventHandle end);
 
-  /// Waits for all work on the current device.
+  /// Waits for all work on the current device, then for the frees free_deferred() queued.
   void synchronize();
 
   // Several devices and several processes (docs/scale-out.md).

@@ -9,12 +9,15 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -54,8 +57,32 @@ struct Module {
   std::vector<cu::CUfunction> fn;  ///< by kernel index
 };
 
+struct BackendState;
+
+/// The thread behind Backend::free_deferred: frees in call order, started on first use.
+class FreeQueue {
+ public:
+  ~FreeQueue() { stop(); }
+  void push(BackendState& st, std::uint64_t ptr);
+  /// Waits until every queued free is done; false when none was queued.
+  bool flush();
+  /// Frees what is queued, then ends the thread (idempotent).
+  void stop();
+
+ private:
+  void run(BackendState& st);
+  std::mutex mu_;
+  std::condition_variable work_, done_;
+  std::deque<std::uint64_t> queue_;
+  std::size_t in_flight_ = 0;  // queued or being freed
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 struct BackendState {
   explicit BackendState(std::shared_ptr<const cu::Driver> d);
+  /// Ends the free thread first, while the contexts its frees use are still here.
+  ~BackendState() { frees.stop(); }
 
   std::shared_ptr<const cu::Driver> driver;
   const cu::DriverApi& api;
@@ -105,12 +132,17 @@ struct BackendState {
                            bool host, int device);
   /// Remembers an allocation of the current context as made (no driver query).
   void remember(std::uint64_t ptr, std::size_t bytes, MemoryKind kind, bool pooled);
+  /// Backend::free's checks: what ptr is, or Error(value_error) when free() would refuse it.
+  PointerInfo check_free(std::uint64_t ptr);
+  /// Backend::free after check_free.
+  void free_checked(std::uint64_t ptr, const PointerInfo& info);
   bool memory_pools_supported(int device);
 
   // Kernels (launch.cpp).
   const Module& module_for(cu::CUcontext ctx);
 
   Ranges ranges;
+  FreeQueue frees;
 
  private:
   std::mutex context_mu_;

@@ -208,34 +208,45 @@ using detail::BackendState;
 using detail::hex;
 using namespace cu;
 
-std::uint64_t Backend::alloc(MemoryKind kind, std::size_t bytes) {
-  if (bytes == 0) return 0;
-  BackendState& st = *state_;
-  st.current_context();
-  CUdeviceptr p = 0;
-  CUresult r = CUDA_SUCCESS;
-  const char* entry = "cuMemAlloc";
+namespace {
+
+// One allocation of `kind` by the driver; `entry` names the entry point called.
+CUresult driver_alloc(BackendState& st, MemoryKind kind, std::size_t bytes, CUdeviceptr* p,
+                      const char** entry) {
   switch (kind) {
     case MemoryKind::device:
-      r = st.api.cuMemAlloc(&p, bytes);
-      break;
+      *entry = "cuMemAlloc";
+      return st.api.cuMemAlloc(p, bytes);
     case MemoryKind::pinned_host: {
       void* h = nullptr;
-      entry = "cuMemAllocHost";
-      r = st.api.cuMemAllocHost(&h, bytes);
-      p = reinterpret_cast<std::uintptr_t>(h);
-      break;
+      *entry = "cuMemAllocHost";
+      const CUresult r = st.api.cuMemAllocHost(&h, bytes);
+      *p = reinterpret_cast<std::uintptr_t>(h);
+      return r;
     }
     case MemoryKind::managed:
-      entry = "cuMemAllocManaged";
-      r = st.api.cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL);
-      break;
+      *entry = "cuMemAllocManaged";
+      return st.api.cuMemAllocManaged(p, bytes, CU_MEM_ATTACH_GLOBAL);
     default:
       throw_error(Errc::value_error,
                   "alloc(): the backend allocates device, pinned_host or managed memory, not "
                   "kind " +
                       std::to_string(static_cast<int>(kind)));
   }
+}
+
+}  // namespace
+
+std::uint64_t Backend::alloc(MemoryKind kind, std::size_t bytes) {
+  if (bytes == 0) return 0;
+  BackendState& st = *state_;
+  st.current_context();
+  CUdeviceptr p = 0;
+  const char* entry = nullptr;
+  CUresult r = driver_alloc(st, kind, bytes, &p, &entry);
+  // Deferred frees may hold the memory: once they are done, one more try.
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && st.frees.flush())
+    r = driver_alloc(st, kind, bytes, &p, &entry);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     throw_error(Errc::device_error, "alloc(): out of memory allocating " + std::to_string(bytes) +
                                         " bytes (" + entry + ": " + st.describe(r) + ")");
@@ -245,10 +256,10 @@ std::uint64_t Backend::alloc(MemoryKind kind, std::size_t bytes) {
   return p;
 }
 
-void Backend::free(std::uint64_t ptr) {
-  if (ptr == 0) return;
-  BackendState& st = *state_;
-  const PointerInfo info = st.pointer_info(ptr);
+namespace detail {
+
+PointerInfo BackendState::check_free(std::uint64_t ptr) {
+  const PointerInfo info = pointer_info(ptr);
   if (info.kind == MemoryKind::unregistered) {
     throw_error(Errc::value_error, "free(): " + hex(ptr) + " is not CUDA memory");
   }
@@ -256,25 +267,95 @@ void Backend::free(std::uint64_t ptr) {
     throw_error(Errc::value_error, "free(): " + hex(ptr) + " is inside the allocation at " +
                                        hex(info.alloc_base) + "; pass its start");
   }
-  std::optional<detail::Ranges::Entry> own = st.ranges.find(ptr);
+  return info;
+}
+
+void BackendState::free_checked(std::uint64_t ptr, const PointerInfo& info) {
+  std::optional<Ranges::Entry> own = ranges.find(ptr);
   if (own && !own->own) own.reset();
   const auto ctx = reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(info.context));
-  detail::ScopedContext scope(st, ctx != nullptr ? ctx : st.current_context());
+  ScopedContext scope(*this, ctx != nullptr ? ctx : current_context());
   if (info.kind == MemoryKind::pinned_host) {
-    CAI_DRIVER(st, cuMemFreeHost, reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)));
+    CAI_DRIVER(*this, cuMemFreeHost, reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)));
   } else if (own && own->pooled) {
     // Memory of alloc_async freed without a stream: order it after all work of the context.
-    CAI_DRIVER(st, cuCtxSynchronize);
-    CAI_DRIVER(st, cuMemFreeAsync, ptr, stream_legacy());
+    CAI_DRIVER(*this, cuCtxSynchronize);
+    CAI_DRIVER(*this, cuMemFreeAsync, ptr, stream_legacy());
   } else {
-    CAI_DRIVER(st, cuMemFree, ptr);
+    CAI_DRIVER(*this, cuMemFree, ptr);
   }
   // Forgotten once the driver took it back (a refused free changes nothing).
   if (own) {
-    st.ranges.remove_own(ptr);
+    ranges.remove_own(ptr);
   } else {
-    st.ranges.forget(ptr, std::max<std::uint64_t>(info.alloc_size, 1));
+    ranges.forget(ptr, std::max<std::uint64_t>(info.alloc_size, 1));
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deferred frees.
+
+void FreeQueue::push(BackendState& st, std::uint64_t ptr) {
+  std::lock_guard lock(mu_);
+  if (!thread_.joinable()) thread_ = std::thread([this, &st] { run(st); });
+  queue_.push_back(ptr);
+  ++in_flight_;
+  work_.notify_one();
+}
+
+void FreeQueue::run(BackendState& st) {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, nothing left
+    const std::uint64_t ptr = queue_.front();
+    queue_.pop_front();
+    lock.unlock();
+    try {
+      st.free_checked(ptr, st.pointer_info(ptr));
+    } catch (...) {
+      // As a destructor's failed free: the allocation leaks, nothing else is touched.
+    }
+    lock.lock();
+    if (--in_flight_ == 0) done_.notify_all();
+  }
+}
+
+bool FreeQueue::flush() {
+  std::unique_lock lock(mu_);
+  if (in_flight_ == 0) return false;
+  done_.wait(lock, [&] { return in_flight_ == 0; });
+  return true;
+}
+
+void FreeQueue::stop() {
+  std::thread t;
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    work_.notify_one();
+    t = std::move(thread_);
+  }
+  if (t.joinable()) t.join();
+}
+
+}  // namespace detail
+
+void Backend::free(std::uint64_t ptr) {
+  if (ptr == 0) return;
+  BackendState& st = *state_;
+  st.free_checked(ptr, st.check_free(ptr));
+}
+
+void Backend::free_deferred(std::uint64_t ptr) {
+  if (ptr == 0) return;
+  BackendState& st = *state_;
+  (void)st.check_free(ptr);
+  st.frees.push(st, ptr);
+}
+
+void Backend::flush_frees() {
+  state_->frees.flush();
 }
 
 PointerInfo Backend::pointer_info(std::uint64_t ptr) {

@@ -131,6 +131,7 @@ void Backend::synchronize() {
   BackendState& st = *state_;
   st.current_context();
   CAI_DRIVER(st, cuCtxSynchronize);
+  st.frees.flush();  // what free_deferred queued no longer waits for anything
 }
 
 }  // namespace cai::device

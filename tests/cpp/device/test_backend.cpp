@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <set>
 #include <string>
@@ -528,6 +529,39 @@ TEST_P(cuda_backend_test, streams_and_events) {
   be_->event_destroy(e1);
   be_->event_destroy(plain);
   be_->stream_destroy(s2);
+}
+
+TEST_P(cuda_backend_test, deferred_frees_do_not_wait_for_unrelated_streams) {
+  // A stream held by a host function until the gate opens: the driver's free would wait for it
+  // (cuMemFree synchronizes the device; the simulated driver does the same), so a free on this
+  // thread would never return. free_deferred must.
+  StreamHandle busy = be_->stream_create(false);
+  std::promise<void> gate;
+  be_->launch_host_func(busy, [f = gate.get_future().share()] { f.wait(); });
+  const std::uint64_t p = be_->alloc(MemoryKind::device, 4096);
+  const std::uint64_t host = be_->alloc(MemoryKind::pinned_host, 64);
+  EXPECT_THAT([&] { be_->free_deferred(p + 8); },
+              ThrowsCaiError(Errc::value_error, HasSubstr("inside the allocation at")));
+  be_->free_deferred(p);
+  be_->free_deferred(host);
+  EXPECT_FALSE(be_->stream_query(busy));
+  gate.set_value();
+  be_->flush_frees();
+  EXPECT_EQ(be_->pointer_info(p).kind, MemoryKind::unregistered);
+  EXPECT_EQ(be_->pointer_info(host).kind, MemoryKind::unregistered);
+  be_->stream_synchronize(busy);
+  be_->stream_destroy(busy);
+}
+
+TEST_P(cuda_backend_test, an_allocation_waits_for_deferred_frees_before_running_out) {
+  // Most of the device's memory, dropped and taken again at once: the second allocation finds
+  // the first still queued for its free at most once, and then waits for it.
+  const std::size_t big = be_->properties(0).total_memory / 4 * 3;
+  for (int i = 0; i < 4; ++i) {
+    const std::uint64_t p = be_->alloc(MemoryKind::device, big);
+    be_->free_deferred(p);
+  }
+  be_->flush_frees();
 }
 
 TEST_P(cuda_backend_test, driver_errors_name_the_function) {
