@@ -85,23 +85,35 @@ def pinned_array(shape: Any, dtype: Any = float, strides: Any = None,
 class pinned:
     """`with cai.pinned(a, b):` page-locks the memory of existing NumPy arrays for the block
     (as numba.cuda.pinned), so that copies with a stream are queued without the host waiting.
-    Arrays that share memory are given once."""
+    The driver locks whole pages, once each: arrays that share pages (views of one array, or
+    small arrays side by side) are locked together, as one range."""
 
     def __init__(self, *arrays: Any) -> None:
         self._arrays = arrays
         self._registered: list[int] = []
 
     def __enter__(self) -> "pinned":
+        import mmap
+
         import numpy as np
         from numpy.lib.array_utils import byte_bounds
 
-        try:
-            for a in self._arrays:
-                if not isinstance(a, np.ndarray):
-                    raise TypeError(f"cai.pinned(): expected NumPy arrays, got {type(a).__name__}")
-                if a.nbytes == 0:
-                    continue
+        page = mmap.PAGESIZE
+        ranges = []
+        for a in self._arrays:
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"cai.pinned(): expected NumPy arrays, got {type(a).__name__}")
+            if a.nbytes:
                 lo, hi = byte_bounds(a)
+                ranges.append((lo // page * page, -(-hi // page) * page))
+        merged: list[list[int]] = []
+        for lo, hi in sorted(ranges):
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        try:
+            for lo, hi in merged:
                 _cai._host_register(lo, hi - lo)
                 self._registered.append(lo)
         except BaseException:

@@ -74,7 +74,9 @@ def test_pinned_array_is_a_numpy_array_whose_copies_do_not_wait(slow):
 def test_pageable_copies_finish_before_returning_even_with_a_stream(slow):
     host = np.arange(64.0)
     d = cai.to_device(host, stream=slow)
-    assert slow.query()  # the copy waited for the stream: the caller may reuse host at once
+    # The simulated driver returns once the copy is done, a GPU's once the buffer is staged:
+    # either way the caller may reuse host at once.
+    assert slow.query()
     host[:] = -1
     cai.sim.delay(slow, 0.2)
     back = d.copy_to_host(stream=slow)
@@ -121,3 +123,17 @@ def test_a_failed_pinned_block_unlocks_what_it_locked():
             pass
     with cai.pinned(x, y):  # x was unlocked: it locks again
         pass
+
+
+def test_pinned_locks_shared_pages_once(slow):
+    # Views of one array, and small arrays that the allocator put side by side: the driver
+    # locks whole pages and refuses a page twice, so pinned() locks each page once.
+    x = np.arange(4096.0)
+    small = [np.ones(3) for _ in range(8)]
+    with cai.pinned(x, x[1:], x[::7], *small):
+        cai.to_device(x[1:], stream=slow)
+        assert not slow.query()  # page-locked: queued
+        slow.synchronize()
+    cai.sim.delay(slow, 0.2)
+    cai.to_device(x, stream=slow)
+    assert slow.query()  # and all unlocked after the block
