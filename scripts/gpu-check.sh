@@ -1,27 +1,92 @@
 #!/usr/bin/env bash
-# The GPU check, in one command, on a machine with an NVIDIA GPU and no network (docs/gpu.md):
-# machine facts; build and install cai with the tools installed there; the C++ suites and the
-# CUDA ctest group; the example extension; the GPU pytest suite (tests/gpu); the GPU benchmarks;
-# compute-sanitizer memcheck on the demo and on an operations script; a summary.
+# The GPU check, in one command, on a machine with an NVIDIA GPU and no network (docs/gpu.md).
+# Built for a lent machine: at most 10 minutes a command, 15 minutes a session, start included.
 #
-#   scripts/gpu-check.sh                              # everything, results in $OUT
-#   GPU_CHECK_STEPS="install pytest" scripts/gpu-check.sh   # only these steps
+#   scripts/gpu-check.sh                                  # every step, results in $OUT
+#   GPU_CHECK_STEPS=fast scripts/gpu-check.sh              # phase 1 only (about 3 minutes)
+#   GPU_CHECK_STEPS="install pytest-ordering" scripts/gpu-check.sh   # only these steps
 #
-# Results: $OUT (default ./gpu-check-out): gpu-summary.md, gpu-results.json (for
-# `bench/gpu_report.py --from-results ... --write-docs`), gpu-bench.md, gpu-bench.json,
-# gpu-check.log (this console) and gpu-logs.tar.gz (every step's full log and JUnit XML).
-# Work files: build/gpu-check/ (GPU_CHECK_WORK), build/gpu-*. A failing step does not stop the
-# later ones; the exit status is non-zero when any step failed. The run stays within
-# GPU_CHECK_BUDGET seconds (default 510): a step that cannot start in time is reported as not run.
+# THE STEPS, in the order they run (the PLAN below is the list the script follows):
+#
+# Phase 1, "fast", meant to end within 3 minutes on 16 cores (an estimate: never measured
+# yet): the device layer against the driver and the fixed bugs' cases. Two chains at once:
+#   facts            machine facts (GPU, driver, toolkit, compilers, library versions)
+#   cpp              chain 1: the C++ device tests only, cai_test_device and cai_test_driver_abi,
+#                    test code at -O0 (GoogleTest from .gtest/)
+#   ctest-cuda       chain 1: the CUDA ctest group with CAI_BACKEND=cuda:
+#                    driver/cuda_backend_test.*/cuda, backend_pools.*, backend_select.*,
+#                    driver_loader.*, DriverAbi.*
+#   install          chain 2: pip install --no-build-isolation --no-deps .
+#   example          chain 2: examples/add_extension from the installed package, in the
+#                    background while regressions runs
+#   regressions      chain 2: tests/gpu/test_gpu_regressions.py, the fixed bugs' cases on the
+#                    hardware, but for the extension's
+#   regressions-ext  chain 2: its extension cases (the C API's memory check), once example is
+#                    built
+# Phase 2: tests/gpu one file a step, the most important first, then the slow extras.
+#   pytest-ordering       stream ordering on hardware, with negative controls: the rewrite's
+#                         reverse wait on the legacy stream is new and never ran on a GPU
+#   pytest-add_extension  the extension's kernel on foreign arrays and behind a busy producer
+#   pytest-costs          driver calls per import and per use (the import events are new)
+#   pytest-lifetime       real allocators hand freed blocks out again: use-after-free checks
+#   pytest-threads        8 threads, each with its own streams, at once
+#   pytest-interop        the zero-copy matrix with every library, layout and dtype (long)
+#   pytest-ipc            CUDA IPC between processes (spawned children: slow to start)
+#   pytest-package        view methods, `python -m cai info`/demo, the docs' `python gpu` blocks
+#   sanitizer             compute-sanitizer memcheck: the demo and every operation
+#   pytest-memory         2000 rounds of exchanges: no device memory kept
+#   pytest-rest           any tests/gpu/test_*.py no step above names (none today)
+#   bench                 bench/gpu_interop.py (numbers for docs/benchmarks.md)
+#   ctest-rest            the other C++ suites (CI runs them on the simulator), nvcc's compile
+#                         check and the CCCL host tests
+#
+# Results, each rewritten as soon as a step ends (a run cut off anywhere, by the device's
+# command limit included, still reports every step before the cut; the steps not reached are
+# listed as "pending"): $OUT (default ./gpu-check-out) holds gpu-summary.md, gpu-results.json
+# (for `bench/gpu_report.py --from-results ... --write-docs`), gpu-check.log (this console, as
+# it runs), gpu-logs.tar.gz (every step's log, notes, JUnit XML and pytest progress), and after
+# the bench step gpu-bench.md / gpu-bench.json. Work files: build/gpu-check/ (GPU_CHECK_WORK),
+# build/gpu-*. A failing step does not stop the later ones; the exit status is non-zero when any
+# step failed. The run stays within GPU_CHECK_BUDGET seconds (default 540, for a command limit
+# of 600): a step gets at most its own limit and what is left; a step that cannot get its
+# minimum is reported as not run.
 #
 # Environment: OUT, PYTHON (default python3), JOBS (default: all cores), GPU_CHECK_BUDGET,
-# GPU_CHECK_STEPS (facts install cpp ctest-cuda ctest-rest example pytest bench sanitizer),
-# GTEST_DIR (GoogleTest sources where no GTest package is installed; default .gtest),
-# BENCH_ARGS (extra arguments of bench/gpu_interop.py).
+# GPU_CHECK_STEPS (step names, and "fast", "phase2", "pytest" for groups; default all),
+# GPU_CHECK_COMMIT (the commit checked, when the copy has no .git), GTEST_DIR (GoogleTest
+# sources where no GTest package is installed; default .gtest), BENCH_ARGS (extra arguments of
+# bench/gpu_interop.py), GPU_CHECK_WORK.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 SELF=$ROOT/scripts/gpu-check.sh
+
+# name  group  max-seconds  min-seconds  junit ("-": none). Phase 1 is the group "fast".
+PLAN="
+facts                 fast     30   0  -
+cpp                   fast    200  60  -
+ctest-cuda            fast     90  15  ctest-cuda.xml
+install               fast    220  60  -
+example               fast     90  20  -
+regressions           fast     90  20  regressions.xml
+regressions-ext       fast     60  10  regressions-ext.xml
+pytest-ordering       pytest   90  20  pytest-ordering.xml
+pytest-add_extension  pytest   60  15  pytest-add_extension.xml
+pytest-costs          pytest   45  10  pytest-costs.xml
+pytest-lifetime       pytest   60  15  pytest-lifetime.xml
+pytest-threads        pytest   90  20  pytest-threads.xml
+pytest-interop        pytest  150  30  pytest-interop.xml
+pytest-ipc            pytest  120  30  pytest-ipc.xml
+pytest-package        pytest   90  20  pytest-package.xml
+sanitizer             -       150  40  -
+pytest-memory         pytest   90  20  pytest-memory.xml
+pytest-rest           pytest   90  15  pytest-rest.xml
+bench                 -       150  40  -
+ctest-rest            -       240  60  ctest-rest.xml
+"
+# The CUDA ctest group: the backend on the real driver (the /cuda instances skip themselves
+# without one), the pool and chunk cases, backend selection, the loader, the ABI against cuda.h.
+CTEST_CUDA_REGEX='/cuda$|^backend_pools\.|^backend_select\.|^driver_loader\.|^DriverAbi\.'
 
 export OUT=${OUT:-$ROOT/gpu-check-out}
 export WORK=${GPU_CHECK_WORK:-$ROOT/build/gpu-check}
@@ -32,15 +97,18 @@ export BENCH_ARGS=${BENCH_ARGS:-}
 export CMAKE_BUILD_PARALLEL_LEVEL=$JOBS
 export PYTHONUNBUFFERED=1
 export CPP_BUILD=$ROOT/build/gpu-cpp
-export PREFIX=$WORK/install
 export EXT_BUILD=$ROOT/build/gpu-add_extension
-BUDGET=${GPU_CHECK_BUDGET:-510}
-ALL_STEPS="facts install cpp ctest-cuda ctest-rest example pytest bench sanitizer"
-STEPS=${GPU_CHECK_STEPS:-$ALL_STEPS}
+BUDGET=${GPU_CHECK_BUDGET:-540}
+STEPS=${GPU_CHECK_STEPS:-all}
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
 command -v nvcc >/dev/null 2>&1 && export CUDACXX=${CUDACXX:-$(command -v nvcc)}
+
+plan_field() {  # name field-number (1 name, 2 group, 3 max, 4 min, 5 junit)
+  awk -v n="$1" -v f="$2" '$1 == n {print $f}' <<<"$PLAN"
+}
+plan_names() { awk 'NF {print $1}' <<<"$PLAN"; }
 
 note() {  # one line of the step's note (tabs and newlines would break steps.tsv)
   local t="$*"
@@ -57,6 +125,7 @@ need_cuda_backend() {
   [ "$b" = cuda ] || skip "cai has no CUDA backend here: $b"
 }
 generator() { command -v ninja >/dev/null 2>&1 && echo "-GNinja" || echo "-GUnix Makefiles"; }
+ext_built() { ls "$EXT_BUILD"/_add_ext* >/dev/null 2>&1; }
 
 # ----- the steps (each runs as `gpu-check.sh --step NAME`, under a time limit) -------------------
 
@@ -88,7 +157,7 @@ print(f"Host: {os.cpu_count()} cores, {platform.platform()}; "
 libs = []
 for name in ("numpy", "cupy-cuda13x", "cupy-cuda12x", "torch", "jax", "jaxlib", "numba",
              "numba-cuda", "cuda-core", "cuda-bindings", "ml-dtypes", "nanobind",
-             "scikit-build-core", "pytest", "hypothesis"):
+             "scikit-build-core", "pytest", "pytest-timeout", "hypothesis"):
     try:
         libs.append(f"{name} {version(name)}")
     except Exception:  # noqa: BLE001
@@ -96,6 +165,61 @@ for name in ("numpy", "cupy-cuda13x", "cupy-cuda12x", "torch", "jax", "jaxlib", 
 print(f"Python {platform.python_version()} ({sys.executable}): " + ", ".join(libs))
 EOF
   cat "$WORK/facts.txt"
+  [ -f "$GTEST_DIR/CMakeLists.txt" ] || note "no GoogleTest sources in $GTEST_DIR (carry .gtest)"
+}
+
+# The C++ device tests only (phase 1): the layers optimized, the test code at -O0 (GoogleTest
+# test files compile about five times faster), no nvcc compile check (ctest-rest builds the rest).
+step_cpp() {
+  local gtest=() targets=(cai_test_device)
+  if [ -f "$GTEST_DIR/CMakeLists.txt" ]; then
+    gtest=(-DCAI_GTEST_SOURCE_DIR="$(cd "$GTEST_DIR" && pwd)")
+    note "GoogleTest from $GTEST_DIR"
+  fi
+  cmake -S . -B "$CPP_BUILD" "$(generator)" -DCMAKE_BUILD_TYPE=Release -DCAI_BUILD_TESTS=ON \
+    -DCAI_TEST_CXX_FLAGS=-O0 -DCAI_BUILD_CUDA_CHECKS=OFF -DCAI_BUILD_BENCH=OFF \
+    -DCAI_BUILD_PYTHON=OFF -DCAI_INSTALL=OFF -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF \
+    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 "${gtest[@]}" 2>&1 | tee "$WORK/cpp-configure.log"
+  if [ "${PIPESTATUS[0]}" != 0 ]; then
+    grep -qi "gtest" "$WORK/cpp-configure.log" &&
+      note "configure failed: no GoogleTest (carry its sources in .gtest/, docs/gpu.md)"
+    return 1
+  fi
+  grep -q "kernels compiled to PTX" "$WORK/cpp-configure.log" ||
+    note "no nvcc at configure time: no PTX, the kernels cannot run on the GPU"
+  if grep -q "test_driver_abi) is skipped" "$WORK/cpp-configure.log"; then
+    note "cuda.h not found: no cai_test_driver_abi"
+  else
+    targets+=(cai_test_driver_abi)
+  fi
+  cmake --build "$CPP_BUILD" -j "$JOBS" --target "${targets[@]}"
+}
+
+count_run_cuda_cases() {  # junit-file: how many /cuda cases ran (not skipped)
+  "$PYTHON" - "$1" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
+print(sum(1 for c in cases if c.get("name", "").endswith("/cuda") and c.get("status") == "run"))
+EOF
+}
+
+step_ctest_cuda() {
+  local exe rc ran
+  exe=$(find "$CPP_BUILD" -name cai_test_device -type f 2>/dev/null | head -n 1)
+  [ -n "$exe" ] || skip "not run: the C++ device tests were not built (see cpp)"
+  # The /cuda cases skip themselves where no driver loads: make sure this one does not.
+  if CAI_BACKEND=cuda "$exe" --gtest_filter='driver/cuda_backend_test.devices/cuda' 2>&1 |
+    grep -q '\[  SKIPPED \]'; then
+    note "the /cuda cases skip themselves: the backend found no CUDA driver or GPU"
+    rc=1
+  fi
+  CAI_BACKEND=cuda ctest --test-dir "$CPP_BUILD" -j "$JOBS" --output-on-failure --timeout 120 \
+    --no-tests=error --output-junit "$WORK/ctest-cuda.xml" -R "$CTEST_CUDA_REGEX" || rc=1
+  ran=$(count_run_cuda_cases "$WORK/ctest-cuda.xml" 2>/dev/null || echo 0)
+  note "$ran /cuda cases ran"
+  [ "$ran" != 0 ] || rc=1
+  return "${rc:-0}"
 }
 
 # g++ without link-time optimization, for a toolchain whose LTO plugin is broken ("could not
@@ -144,47 +268,6 @@ step_install() {
   [ -z "${SHIPPED_FAILED:-}" ]
 }
 
-step_cpp() {
-  local tests=ON gtest=()
-  if [ -f "$GTEST_DIR/CMakeLists.txt" ]; then
-    gtest=(-DCAI_GTEST_SOURCE_DIR="$(cd "$GTEST_DIR" && pwd)")
-    note "GoogleTest from $GTEST_DIR"
-  fi
-  local cfg=(-S . -B "$CPP_BUILD" "$(generator)" -DCMAKE_BUILD_TYPE=Release
-    -DCAI_BUILD_BENCH=OFF -DCAI_INSTALL=ON -DCMAKE_INSTALL_PREFIX="$PREFIX"
-    -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5)
-  if ! cmake "${cfg[@]}" -DCAI_BUILD_TESTS=ON "${gtest[@]}"; then
-    note "configure with tests failed (no GoogleTest? carry its sources in .gtest/):" \
-      "built without tests, ctest not run"
-    rm -rf "$CPP_BUILD"
-    tests=OFF
-    cmake "${cfg[@]}" -DCAI_BUILD_TESTS=OFF || return 1
-  fi
-  cmake --build "$CPP_BUILD" -j "$JOBS" || return 1
-  cmake --install "$CPP_BUILD" || return 1
-  [ $tests = ON ] || echo "built and installed without the test suites"
-}
-
-run_ctest() {  # junit-file ctest-arguments...
-  local junit=$1
-  shift
-  grep -q "CAI_BUILD_TESTS:BOOL=ON" "$CPP_BUILD/CMakeCache.txt" 2>/dev/null &&
-    [ -f "$CPP_BUILD/CTestTestfile.cmake" ] ||
-    skip "not run: the C++ suites were not built (see cpp)"
-  ctest --test-dir "$CPP_BUILD" -j "$JOBS" --output-on-failure --timeout 120 --no-tests=error \
-    --output-junit "$WORK/$junit" "$@"
-}
-
-step_ctest_cuda() {
-  # The CUDA group: the backend's tests against the driver and nvcc's compile check.
-  CAI_BACKEND=cuda run_ctest ctest-cuda.xml -R '^cuda' || return 1
-  grep -q '<testcase' "$WORK/ctest-cuda.xml" || { note "no test named cuda*"; return 1; }
-}
-
-step_ctest_rest() {
-  run_ctest ctest-rest.xml -E '^cuda'
-}
-
 # How the example extension is built: only through the pip-installed package (python -m cai
 # --cmake-dir), as scripts/test.sh builds it. This is the one place to adapt when that changes.
 build_add_extension() {
@@ -199,7 +282,7 @@ step_example() {
   (cd /tmp && "$PYTHON" -m cai --cmake-dir) >/dev/null 2>&1 ||
     skip "not run: cai is not pip-installed (see install)"
   build_add_extension || return 1
-  ls "$EXT_BUILD"/_add_ext* >/dev/null 2>&1 || { note "built, but no _add_ext module"; return 1; }
+  ext_built || { note "built, but no _add_ext module"; return 1; }
   need_cuda_backend
   (cd /tmp && CAI_BACKEND=cuda PYTHONPATH="$EXT_BUILD" "$PYTHON" -c "
 import numpy as np, cai, _add_ext
@@ -210,19 +293,55 @@ assert (out.copy_to_host() == 2 * np.arange(8)).all()
 print('_add_ext.add ok')")
 }
 
-# A peer library may abort the interpreter inside its own code (a C++ CHECK, std::terminate):
-# tests/gpu/crash_safe_pytest.py makes that cost the one test, reported as failed by name.
-step_pytest() {
+# tests/gpu files through tests/gpu/crash_safe_pytest.py: a test that kills the interpreter (a
+# peer library aborting inside its own code) costs that test, reported as failed by name; when
+# the step's time is up, the runner still writes the JUnit XML of what finished (the test that
+# was running counts as failed, "timed out"). `exec`, so that `timeout` waits for that report.
+run_pytest() {  # pytest arguments (files, -k ...)
   need_cuda_backend
   local args=(-v -rfEs -p no:cacheprovider)
-  "$PYTHON" -c "import pytest_timeout" 2>/dev/null && args+=(--timeout=300)
-  if ls "$EXT_BUILD"/_add_ext* >/dev/null 2>&1; then
+  "$PYTHON" -c "import pytest_timeout" 2>/dev/null && args+=(--timeout=120)
+  if ext_built; then
     export CAI_ADD_EXT_DIR=$EXT_BUILD
-  else
-    note "no example extension: its tests skip"
+  elif [[ $STEP == regressions-ext || $STEP == pytest-add_extension ]]; then
+    note "no example extension (see example): its cases skip"
   fi
-  CAI_BACKEND=cuda "$PYTHON" tests/gpu/crash_safe_pytest.py --junitxml="$WORK/pytest-gpu.xml" \
-    -- "${args[@]}" tests/gpu
+  exec env CAI_BACKEND=cuda "$PYTHON" tests/gpu/crash_safe_pytest.py \
+    --junitxml="$WORK/$(plan_field "$STEP" 5)" --progress "$WORK/progress-$STEP.txt" \
+    -- "${args[@]}" "$@"
+}
+
+pytest_file_of() {  # step name -> its tests/gpu file
+  case $1 in
+    regressions | regressions-ext) echo tests/gpu/test_gpu_regressions.py ;;
+    pytest-ipc) echo tests/gpu/test_ipc_gpu.py ;;
+    pytest-*) echo "tests/gpu/test_gpu_${1#pytest-}.py" ;;
+  esac
+}
+
+step_pytest_file() {
+  local f
+  f=$(pytest_file_of "$STEP")
+  [ -f "$f" ] || { note "$f is missing"; return 1; }
+  case $STEP in
+    # The extension's cases run as soon as it is built, the others before.
+    regressions) run_pytest -k "not extension_kernels" "$f" ;;
+    regressions-ext) run_pytest -k extension_kernels "$f" ;;
+    *) run_pytest "$f" ;;
+  esac
+}
+
+step_pytest_rest() {
+  local named=() rest=() f n
+  for n in $(plan_names); do
+    case $n in regressions* | pytest-*) named+=("$(pytest_file_of "$n")") ;; esac
+  done
+  for f in tests/gpu/test_*.py; do
+    [[ " ${named[*]} " == *" $f "* ]] || rest+=("$f")
+  done
+  [ ${#rest[@]} -gt 0 ] || skip "every tests/gpu file has its own step"
+  note "files no step names: ${rest[*]}"
+  run_pytest "${rest[@]}"
 }
 
 step_bench() {
@@ -248,13 +367,28 @@ step_sanitizer() {
   echo "--- memcheck: tests/gpu/sanitize_ops.py"
   CAI_BACKEND=cuda "$san" "${args[@]}" "$PYTHON" tests/gpu/sanitize_ops.py ||
     { rc=1; note "operations: memcheck failed"; }
-  return $rc
+  return "$rc"
+}
+
+# The rest of the C++ suites (core, device on the simulator, sync, arrays, threads), nvcc's
+# compile check of ArrayRef and the CCCL host tests: the same build folder, reconfigured.
+step_ctest_rest() {
+  [ -f "$CPP_BUILD/CMakeCache.txt" ] || skip "not run: no C++ build (see cpp)"
+  cmake "$CPP_BUILD" -DCAI_BUILD_CUDA_CHECKS=ON || return 1
+  cmake --build "$CPP_BUILD" -j "$JOBS" || return 1
+  # CAI_BACKEND unset, as in CI: the suites that use the process-wide backend get the CUDA one
+  # here (those that need the simulator say so and skip, or choose it themselves).
+  env -u CAI_BACKEND ctest --test-dir "$CPP_BUILD" -j "$JOBS" --output-on-failure --timeout 120 \
+    --no-tests=error --output-junit "$WORK/ctest-rest.xml" -E "$CTEST_CUDA_REGEX"
 }
 
 if [ "${1:-}" = "--step" ]; then
   STEP=$2
   fn=step_${STEP//-/_}
-  declare -F "$fn" >/dev/null || { echo "gpu-check.sh: no step $STEP" >&2; exit 2; }
+  if ! declare -F "$fn" >/dev/null; then
+    case $STEP in regressions* | pytest-*) fn=step_pytest_file ;; *)
+      echo "gpu-check.sh: no step $STEP" >&2; exit 2 ;; esac
+  fi
   set -x
   "$fn"
   exit $?
@@ -262,13 +396,81 @@ fi
 
 # ----- the run ----------------------------------------------------------------------------------
 
-record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$WORK/steps.tsv"; }
-selected() { [[ " $STEPS " == *" $1 "* ]]; }
+# Writes what has finished to $OUT: the summary and results (bench/gpu_report.py, with the steps
+# not finished yet listed as pending), the bench tables, and the logs. Each file is written
+# aside and renamed, so a run cut off meanwhile leaves the previous version whole.
+report() {
+  local now=$WORK/steps-now.tsv n pending=()
+  cp "$WORK/steps.tsv" "$now"
+  for n in $(plan_names); do
+    if ! cut -f1 "$WORK/steps.tsv" | grep -qx -- "$n" && ! grep -qx -- "$n" "$WORK/recorded"; then
+      pending+=("$n")
+      printf '%s\tpending\t0\tnot finished: running, not reached yet, or the run was cut off\t\n' \
+        "$n" >>"$now"
+    fi
+  done
+  if "$PYTHON" bench/gpu_report.py --steps "$now" --facts "$WORK/facts.txt" \
+    --bench "$WORK/gpu-bench.json" --commit "$COMMIT" --summary "$OUT/gpu-summary.md.new" \
+    --json "$OUT/gpu-results.json.new" >/dev/null 2>"$WORK/logs/report.err"; then
+    mv -f "$OUT/gpu-results.json.new" "$OUT/gpu-results.json"
+  else
+    rm -f "$OUT/gpu-results.json.new"
+    {
+      echo "# GPU check (bench/gpu_report.py failed; the raw steps)"
+      echo
+      cat "$now"
+    } >"$OUT/gpu-summary.md.new"
+  fi
+  if [ ${#pending[@]} -gt 0 ]; then
+    # First, under the title: the reader of a cut-off run must not miss it.
+    local line
+    line=$(printf '**Incomplete** (%s UTC, %ss into the run): %s steps not finished: %s.' \
+      "$(date -u +%H:%M)" "$SECONDS" "${#pending[@]}" "${pending[*]}")
+    awk -v l="$line" 'NR == 2 {print ""; print l} {print}' "$OUT/gpu-summary.md.new" \
+      >"$OUT/gpu-summary.md.tmp" && mv -f "$OUT/gpu-summary.md.tmp" "$OUT/gpu-summary.md.new"
+  fi
+  mv -f "$OUT/gpu-summary.md.new" "$OUT/gpu-summary.md"
+  local f
+  for f in gpu-bench.json gpu-bench.md; do [ -f "$WORK/$f" ] && cp "$WORK/$f" "$OUT/"; done
+  (cd "$WORK" && find . -maxdepth 2 \( -name '*.xml' -o -name '*.log' -o -name '*.txt' \
+    -o -name '*.tsv' -o -name '*.err' -o -path './notes/*' \) -print0 |
+    tar -czf "$OUT/gpu-logs.tar.gz.new" --null -T -) &&
+    mv -f "$OUT/gpu-logs.tar.gz.new" "$OUT/gpu-logs.tar.gz"
+}
 
-run_step() {  # name max-seconds min-seconds [junit-file]
-  local name=$1 max=$2 min=$3 junit=${4:-} left limit t0 rc dt status note=""
-  if ! selected "$name"; then
-    record "$name" skip 0 "not selected (GPU_CHECK_STEPS)" ""
+record() {  # name status seconds note junit; then the report (two steps may end at once)
+  (
+    flock 9
+    printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$WORK/steps.tsv"
+    report
+  ) 9>"$WORK/.lock"
+}
+
+selected() {  # name group
+  [[ " $STEPS " == *" all "* || " $STEPS " == *" $1 "* || " $STEPS " == *" $2 "* ]] && return 0
+  [ "$2" != fast ] && [[ " $STEPS " == *" phase2 "* ]]
+}
+
+run_step() {  # name
+  local name=$1 group max min junit left limit t0 rc dt status note=""
+  group=$(plan_field "$name" 2) max=$(plan_field "$name" 3) min=$(plan_field "$name" 4)
+  junit=$(plan_field "$name" 5)
+  [ "$junit" = - ] && junit=""
+  if ! selected "$name" "$group"; then
+    echo "$name" >>"$WORK/recorded"
+    if [ "$group" = pytest ]; then
+      # One row for the whole group when none of it is selected.
+      local n any=""
+      for n in $(plan_names); do
+        [ "$(plan_field "$n" 2)" = pytest ] && selected "$n" pytest && any=1
+      done
+      [ -n "$any" ] && record "$name" skip 0 "not selected (GPU_CHECK_STEPS)" ""
+      if [ -z "$any" ] && ! cut -f1 "$WORK/steps.tsv" | grep -qx pytest; then
+        record pytest skip 0 "not selected (GPU_CHECK_STEPS): every pytest-* step" ""
+      fi
+    else
+      record "$name" skip 0 "not selected (GPU_CHECK_STEPS)" ""
+    fi
     return
   fi
   left=$((BUDGET - SECONDS))
@@ -278,7 +480,7 @@ run_step() {  # name max-seconds min-seconds [junit-file]
     return
   fi
   limit=$((max < left ? max : left))
-  echo "== $name (at most ${limit}s)"
+  echo "== $name (at most ${limit}s, at ${SECONDS}s)"
   t0=$SECONDS
   timeout --kill-after=10 "$limit" "$SELF" --step "$name" >"$WORK/logs/$name.log" 2>&1
   rc=$?
@@ -298,34 +500,31 @@ run_step() {  # name max-seconds min-seconds [junit-file]
 main() {
   echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $COMMIT, budget ${BUDGET}s," \
     "steps: $STEPS"
-  run_step facts 60 0
-  # The Python package and the C++ suites build at the same time (two builds of -j JOBS).
-  run_step cpp 300 60 &
-  local cpp_job=$!
-  run_step install 300 60
-  wait $cpp_job
-  run_step ctest-cuda 120 20 ctest-cuda.xml
-  run_step ctest-rest 90 20 ctest-rest.xml
-  run_step example 120 30
-  run_step pytest 240 40 pytest-gpu.xml
-  run_step bench 180 40
-  run_step sanitizer 180 40
+  echo "plan: $(plan_names | paste -sd" ")"
+  report
+  # Phase 1. The C++ device tests and the Python package build at the same time (two builds of
+  # -j JOBS); each chain goes on as soon as its build is done. The example builds while the
+  # regression cases that do not need it run.
+  run_step facts
+  { run_step cpp; run_step ctest-cuda; } &
+  local cpp_chain=$! example_job
+  run_step install
+  run_step example &
+  example_job=$!
+  run_step regressions
+  wait $example_job
+  run_step regressions-ext
+  wait $cpp_chain
+  echo "== phase 1 (fast) done at ${SECONDS}s"
+  # Phase 2: everything else, in the order of the plan.
+  local n
+  for n in $(plan_names); do
+    [ "$(plan_field "$n" 2)" = fast ] || run_step "$n"
+  done
 
   echo "== summary"
-  if ! "$PYTHON" bench/gpu_report.py --steps "$WORK/steps.tsv" --facts "$WORK/facts.txt" \
-    --bench "$WORK/gpu-bench.json" --commit "$COMMIT" --summary "$OUT/gpu-summary.md" \
-    --json "$OUT/gpu-results.json"; then
-    {
-      echo "# GPU check (bench/gpu_report.py failed; the raw steps)"
-      echo
-      cat "$WORK/steps.tsv"
-    } >"$OUT/gpu-summary.md"
-    cat "$OUT/gpu-summary.md"
-  fi
-  local f failed
-  for f in gpu-bench.json gpu-bench.md; do [ -f "$WORK/$f" ] && cp "$WORK/$f" "$OUT/"; done
-  (cd "$WORK" && find . -maxdepth 2 \( -name '*.xml' -o -name '*.log' -o -name '*.txt' \
-    -o -name '*.tsv' -o -path './notes/*' \) -print0 | tar -czf "$OUT/gpu-logs.tar.gz" --null -T -)
+  cat "$OUT/gpu-summary.md"
+  local failed
   failed=$(awk -F'\t' '$2 == "fail" {print $1}' "$WORK/steps.tsv" | paste -sd' ')
   if [ -n "$failed" ]; then
     echo "gpu-check: FAILED: $failed; results in $OUT"
@@ -336,6 +535,8 @@ main() {
 
 rm -rf "$WORK"
 mkdir -p "$WORK/logs" "$WORK/notes" "$OUT"
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
+: >"$WORK/steps.tsv"
+: >"$WORK/recorded"
+COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}
 main 2>&1 | tee "$OUT/gpu-check.log"
 exit "${PIPESTATUS[0]}"

@@ -1,7 +1,16 @@
 """What importing and operating on CuPy and PyTorch arrays costs on the GPU, counted with
 `cai.device_call_counts()` (docs/architecture.md, "What an import costs"; docs/cuda-backend.md,
-"Memory checks"): an import makes no driver call; operations on the memory of a library's pool
-ask the driver about it once, not at every use."""
+"Memory checks"; src/sync/ordering.cpp):
+
+- an import on a default stream makes no driver call: CuPy names its current stream, the
+  legacy stream (1) by default, and PyTorch's CAI (version 2) names none;
+- an import from a foreign non-default stream (CuPy's current non-default stream) records one
+  event on it (cuEventRecord) and waits for nothing; a later use on another stream costs one
+  cuStreamWaitEvent for that event, and after the work the legacy stream waits for it (one
+  record, one wait: the reverse wait, never on the producer's stream); a use on the producer's
+  own stream costs nothing;
+- operations on the memory of a library's caching pool ask the driver about it once, not at
+  every use."""
 
 import numpy as np
 import pytest
@@ -34,7 +43,7 @@ def arrays(lib):
 
 
 @pytest.mark.parametrize("lib", ["cupy", "torch"])
-def test_an_import_makes_no_driver_call(lib):
+def test_an_import_on_the_default_stream_makes_no_driver_call(lib):
     xs = arrays(lib)
     take_counts()
     views = [cai.as_cuda_array(x) for x in xs]
@@ -56,3 +65,36 @@ def test_operations_on_a_pool_ask_the_driver_once(lib):
     assert c["pointer_query"] == 0, c
     np.testing.assert_array_equal(cai.as_cuda_array(out).copy_to_host(),
                                   np.arange(N, dtype=np.float32) + 1)
+
+
+def test_an_import_from_a_non_default_cupy_stream_records_one_event():
+    cp = pytest.importorskip("cupy")
+    x = cp.arange(N, dtype=cp.float32)
+    ps = cp.cuda.Stream(non_blocking=True)
+    with ps:
+        cai.as_cuda_array(x)  # the pool of import events has one now
+    cp.cuda.Device().synchronize()
+    take_counts()
+    with ps:  # CAI v3: CuPy names its current stream, ps
+        y = cai.as_cuda_array(x)
+    c = take_counts()
+    assert (c["event_record"], c["event_create"], c["stream_wait_event"],
+            c["pointer_query"]) == (1, 0, 0, 0), c
+    # A use on another stream: it waits for the import's event; then the legacy stream waits
+    # for that work (the pool block is asked about the first time only).
+    cs = cai.stream(non_blocking=True)
+    out = cai.device_array(N, dtype=np.float32, stream=cs)
+    take_counts()
+    cai.ops.copy(out, y, stream=cs)
+    c = take_counts()
+    assert (c["event_record"], c["stream_wait_event"]) == (1, 2), c
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(N, dtype=np.float32))
+    # A use on the producer's own stream waits for nothing.
+    with ps:
+        z = cai.as_cuda_array(x)
+    take_counts()
+    cai.ops.fill(z, 1.0, stream=ps.ptr)
+    c = take_counts()
+    assert (c["event_record"], c["stream_wait_event"]) == (0, 0), c
+    ps.synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(x), np.ones(N, np.float32))

@@ -8,6 +8,10 @@ it writes VALUE over zeros. Every scenario asserts, without timing anything on t
   the host was back well within the spin (HOST_RETURN_LIMIT, a wide margin);
 and each has a NEGATIVE CONTROL: the same consumer with the wait switched off reads the stale
 zeros, which shows that the scenario detects a missing wait.
+
+A foreign producer's stream is stood for by an event recorded at import (src/sync/ordering.cpp);
+after the consumer's work on another stream, the legacy default stream waits for that work,
+which orders the producer's later work only when its stream is blocking (the CuPy default).
 """
 
 import time
@@ -140,16 +144,32 @@ def test_negative_control_import_without_the_wait_reads_stale_data(cp, spinner, 
     assert_stale(result)
 
 
-@pytest.mark.parametrize("sync", [True, False], ids=["waits", "negative_control"])
+LATER_CASES = {
+    # A blocking producer stream (CuPy's and Numba's default kind): cai's reverse wait is on
+    # the legacy stream, which the producer's later work waits for by itself.
+    "waits": (False, True),
+    # The negative control: no ordering at all, so the later write overtakes the read.
+    "negative_control": (False, False),
+    # The documented limit (docs/architecture.md, "Foreign streams"): cai never touches a
+    # foreign stream after the import, and a non-blocking one does not wait for the legacy
+    # stream, so the later write overtakes the read unless the consumer's work is synchronized.
+    "non_blocking_producer_limit": (True, True),
+}
+
+
+@pytest.mark.parametrize("case", LATER_CASES)
 @pytest.mark.parametrize("how", ["as_cuda_array", "ops_on_foreign_object"])
-def test_later_producer_work_cannot_overtake_the_consumer(cp, spinner, consumer_out, how, sync):
+def test_later_producer_work_cannot_overtake_the_consumer(cp, spinner, consumer_out, how, case):
     """The consumer's stream is busy, so its read runs late; the producer then writes LATER on
-    its own stream. cai made the producer's stream wait for the read (CAI v3), so the read
-    sees VALUE; without the wait (the negative control) the later write overtakes it."""
+    its own stream. After the read cai made the legacy stream wait for it, so the later write
+    on a blocking producer stream comes after the read, which sees VALUE; without the wait (the
+    negative control), and on a non-blocking producer stream (the documented limit), the later
+    write overtakes it."""
+    non_blocking, sync = LATER_CASES[case]
     cs, out = consumer_out
     x = cp.full(N, VALUE, dtype=cp.float32)
     cp.cuda.Device().synchronize()
-    ps = cp.cuda.Stream(non_blocking=True)
+    ps = cp.cuda.Stream(non_blocking=non_blocking)
     spinner.spin(cs, SPIN_SECONDS)
     cai.config.CUDA_ARRAY_INTERFACE_SYNC = sync
     with ps:
@@ -162,11 +182,11 @@ def test_later_producer_work_cannot_overtake_the_consumer(cp, spinner, consumer_
     result = out.copy_to_host()
     ps.synchronize()
     assert consumer_busy, "the consumer's stream finished early: the scenario proves nothing"
-    if sync:
+    if case == "waits":
         np.testing.assert_array_equal(result, np.full(N, VALUE, np.float32))
     else:
         np.testing.assert_array_equal(result, np.full(N, LATER, np.float32),
-                                      err_msg="the negative control was not overtaken")
+                                      err_msg="the later write did not overtake the read")
     np.testing.assert_array_equal(cp.asnumpy(x), np.full(N, LATER, np.float32))
 
 
