@@ -1,8 +1,8 @@
 #pragma once
 
-// Internal: the argument checks both backends share, so that a bad argument reads the same on
-// either. Layout arithmetic is the core's (cai/core/strided.h); whether memory belongs to the
-// backend is each backend's own check.
+// Internal: the backend's argument checks, written once for every entry point that takes the
+// argument. Layout arithmetic is the core's (cai/core/strided.h); whether memory belongs to the
+// driver is the backend's memory check (src/device/cuda/memory.cpp).
 
 #include <array>
 #include <cstddef>

@@ -44,7 +44,8 @@ std::vector<AccessRun> normalize_runs(std::vector<AccessRun> runs);
 class RaceDetector {
  public:
   /// A slot of the vector clocks. The simulator hands the slot of a destroyed stream to a later
-  /// stream (see SimBackend), so each recorded access keeps the label of who made it.
+  /// stream (see src/device/sim/streams.cpp), so each recorded access keeps the label of who made
+  /// it.
   using Actor = std::uint32_t;
 
   /// Who performs an access: its slot and its name in messages ("stream 0x...", "the host").
