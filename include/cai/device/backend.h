@@ -203,7 +203,8 @@ class Backend {
   /// Maps an allocation of another process on the current device; returns its start here
   /// (another address than in the exporter). Released by ipc_close_memory, never by free.
   std::uint64_t ipc_open_memory(const IpcMemoryHandle& handle);
-  /// Unmaps what ipc_open_memory returned, after the work already queued on it.
+  /// Unmaps what ipc_open_memory returned, after the work already queued on it, without
+  /// blocking the caller (on the thread of free_deferred; flush_frees waits for it).
   void ipc_close_memory(std::uint64_t base);
   /// An event on the current device that other processes can wait on (no timing).
   EventHandle ipc_event_create();

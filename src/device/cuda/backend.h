@@ -59,11 +59,25 @@ struct Module {
 
 struct BackendState;
 
-/// The thread behind Backend::free_deferred: frees in call order, started on first use.
+/// A free the backend has checked: what the memory is, and the backend's own record of it.
+/// `ipc_close`: memory of another process to unmap (cuIpcCloseMemHandle), not to free.
+struct CheckedFree {
+  std::uint64_t ptr = 0;
+  PointerInfo info;
+  std::optional<Ranges::Entry> own;
+  bool ipc_close = false;
+  /// Reads as freed until done (false for a mapping this process opened more than once).
+  bool marked = true;
+};
+
+/// The thread behind Backend::free_deferred: frees in call order, started on first use. Memory
+/// queued here is freed already for everything else: the backend reads it as unregistered.
 class FreeQueue {
  public:
   ~FreeQueue() { stop(); }
-  void push(BackendState& st, std::uint64_t ptr);
+  void push(BackendState& st, CheckedFree f);
+  /// Whether the allocation at base is queued or being freed.
+  bool freeing(std::uint64_t base);
   /// Waits until every queued free is done; false when none was queued.
   bool flush();
   /// Frees what is queued, then ends the thread (idempotent).
@@ -73,8 +87,9 @@ class FreeQueue {
   void run(BackendState& st);
   std::mutex mu_;
   std::condition_variable work_, done_;
-  std::deque<std::uint64_t> queue_;
-  std::size_t in_flight_ = 0;  // queued or being freed
+  std::deque<CheckedFree> queue_;
+  std::unordered_map<std::uint64_t, int> freeing_;  // allocation starts queued or being freed
+  std::atomic<std::size_t> in_flight_{0};           // queued or being freed
   bool stop_ = false;
   std::thread thread_;
 };
@@ -132,10 +147,15 @@ struct BackendState {
                            bool host, int device);
   /// Remembers an allocation of the current context as made (no driver query).
   void remember(std::uint64_t ptr, std::size_t bytes, MemoryKind kind, bool pooled);
-  /// Backend::free's checks: what ptr is, or Error(value_error) when free() would refuse it.
-  PointerInfo check_free(std::uint64_t ptr);
-  /// Backend::free after check_free.
-  void free_checked(std::uint64_t ptr, const PointerInfo& info);
+  /// Backend::free's checks (Error(value_error) when free() would refuse ptr), and what the
+  /// free needs to know.
+  CheckedFree check_free(std::uint64_t ptr);
+  /// Backend::free after check_free: the driver call, then the record forgotten.
+  void free_checked(const CheckedFree& f);
+
+  /// Opens of other processes' memory (ipc_open_memory) not yet closed, by base.
+  std::mutex ipc_mu;
+  std::unordered_map<std::uint64_t, int> ipc_opened;
   bool memory_pools_supported(int device);
 
   // Kernels (launch.cpp).

@@ -72,19 +72,26 @@ std::uint64_t Backend::ipc_open_memory(const IpcMemoryHandle& handle) {
   CUdeviceptr p = 0;
   // Lazy peer access: the memory may be opened on another device than it lives on.
   CAI_DRIVER(st, cuIpcOpenMemHandle, &p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  std::lock_guard lock(st.ipc_mu);
+  ++st.ipc_opened[p];
   return p;
 }
 
 void Backend::ipc_close_memory(std::uint64_t base) {
   BackendState& st = *state_;
-  const PointerInfo info = st.query_pointer(base).info;
-  const auto ctx = reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(info.context));
-  ScopedContext scope(st, ctx != nullptr ? ctx : st.current_context());
-  // As free(): work already queued may still use the memory. The driver documents no such
-  // wait for cuIpcCloseMemHandle, so wait for the context here.
-  CAI_DRIVER(st, cuCtxSynchronize);
-  CAI_DRIVER(st, cuIpcCloseMemHandle, base);
-  st.ranges.forget(base, std::max<std::uint64_t>(info.alloc_size, 1));
+  detail::CheckedFree f{base, st.query_pointer(base).info, std::nullopt, true};
+  {
+    std::lock_guard lock(st.ipc_mu);
+    auto it = st.ipc_opened.find(base);
+    if (it == st.ipc_opened.end()) {
+      throw_error(Errc::value_error, "ipc_close_memory(): " + detail::hex(base) +
+                                         " is not memory opened by ipc_open_memory");
+    }
+    f.marked = --it->second == 0;
+    if (f.marked) st.ipc_opened.erase(it);
+  }
+  // Closed on the free thread: the close waits for the work of the whole context.
+  st.frees.push(st, std::move(f));
 }
 
 EventHandle Backend::ipc_event_create() {

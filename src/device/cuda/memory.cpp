@@ -83,6 +83,7 @@ Ranges::Entry BackendState::query_pointer(std::uint64_t ptr) {
       info.alloc_size = bytes;
     }
   }
+  if (frees.freeing(info.alloc_base)) return Ranges::Entry{};  // freed, not yet given back
   e.ipc_capable = ipc;
   // Pools and virtual-memory mappings reuse their addresses at will: never remembered.
   e.cacheable = ctx != nullptr && pool == nullptr;
@@ -258,26 +259,34 @@ std::uint64_t Backend::alloc(MemoryKind kind, std::size_t bytes) {
 
 namespace detail {
 
-PointerInfo BackendState::check_free(std::uint64_t ptr) {
-  const PointerInfo info = pointer_info(ptr);
-  if (info.kind == MemoryKind::unregistered) {
+CheckedFree BackendState::check_free(std::uint64_t ptr) {
+  CheckedFree f{ptr, pointer_info(ptr), ranges.find(ptr)};
+  if (f.info.kind == MemoryKind::unregistered) {
     throw_error(Errc::value_error, "free(): " + hex(ptr) + " is not CUDA memory");
   }
-  if (info.alloc_base != 0 && info.alloc_base != ptr) {
+  if (f.info.alloc_base != 0 && f.info.alloc_base != ptr) {
     throw_error(Errc::value_error, "free(): " + hex(ptr) + " is inside the allocation at " +
-                                       hex(info.alloc_base) + "; pass its start");
+                                       hex(f.info.alloc_base) + "; pass its start");
   }
-  return info;
+  if (f.own && !f.own->own) f.own.reset();
+  return f;
 }
 
-void BackendState::free_checked(std::uint64_t ptr, const PointerInfo& info) {
-  std::optional<Ranges::Entry> own = ranges.find(ptr);
-  if (own && !own->own) own.reset();
-  const auto ctx = reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(info.context));
+void BackendState::free_checked(const CheckedFree& f) {
+  const std::uint64_t ptr = f.ptr;
+  const auto ctx = reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(f.info.context));
   ScopedContext scope(*this, ctx != nullptr ? ctx : current_context());
-  if (info.kind == MemoryKind::pinned_host) {
+  if (f.ipc_close) {
+    // As cuMemFree: work already queued may still use the mapping. The driver documents no
+    // such wait for cuIpcCloseMemHandle, so wait for the context here.
+    CAI_DRIVER(*this, cuCtxSynchronize);
+    CAI_DRIVER(*this, cuIpcCloseMemHandle, ptr);
+    ranges.forget(ptr, std::max<std::uint64_t>(f.info.alloc_size, 1));
+    return;
+  }
+  if (f.info.kind == MemoryKind::pinned_host) {
     CAI_DRIVER(*this, cuMemFreeHost, reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)));
-  } else if (own && own->pooled) {
+  } else if (f.own && f.own->pooled) {
     // Memory of alloc_async freed without a stream: order it after all work of the context.
     CAI_DRIVER(*this, cuCtxSynchronize);
     CAI_DRIVER(*this, cuMemFreeAsync, ptr, stream_legacy());
@@ -285,22 +294,29 @@ void BackendState::free_checked(std::uint64_t ptr, const PointerInfo& info) {
     CAI_DRIVER(*this, cuMemFree, ptr);
   }
   // Forgotten once the driver took it back (a refused free changes nothing).
-  if (own) {
+  if (f.own) {
     ranges.remove_own(ptr);
   } else {
-    ranges.forget(ptr, std::max<std::uint64_t>(info.alloc_size, 1));
+    ranges.forget(ptr, std::max<std::uint64_t>(f.info.alloc_size, 1));
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Deferred frees.
 
-void FreeQueue::push(BackendState& st, std::uint64_t ptr) {
+void FreeQueue::push(BackendState& st, CheckedFree f) {
   std::lock_guard lock(mu_);
   if (!thread_.joinable()) thread_ = std::thread([this, &st] { run(st); });
-  queue_.push_back(ptr);
-  ++in_flight_;
+  if (f.marked) ++freeing_[f.ptr];
+  queue_.push_back(std::move(f));
+  in_flight_.fetch_add(1);
   work_.notify_one();
+}
+
+bool FreeQueue::freeing(std::uint64_t base) {
+  if (in_flight_.load(std::memory_order_acquire) == 0) return false;  // the usual case
+  std::lock_guard lock(mu_);
+  return freeing_.count(base) != 0;
 }
 
 void FreeQueue::run(BackendState& st) {
@@ -308,23 +324,25 @@ void FreeQueue::run(BackendState& st) {
   for (;;) {
     work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, nothing left
-    const std::uint64_t ptr = queue_.front();
+    const CheckedFree f = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
     try {
-      st.free_checked(ptr, st.pointer_info(ptr));
+      st.free_checked(f);
     } catch (...) {
       // As a destructor's failed free: the allocation leaks, nothing else is touched.
     }
     lock.lock();
-    if (--in_flight_ == 0) done_.notify_all();
+    if (auto it = freeing_.find(f.ptr); f.marked && it != freeing_.end() && --it->second == 0)
+      freeing_.erase(it);
+    if (in_flight_.fetch_sub(1) == 1) done_.notify_all();
   }
 }
 
 bool FreeQueue::flush() {
   std::unique_lock lock(mu_);
-  if (in_flight_ == 0) return false;
-  done_.wait(lock, [&] { return in_flight_ == 0; });
+  if (in_flight_.load() == 0) return false;
+  done_.wait(lock, [&] { return in_flight_.load() == 0; });
   return true;
 }
 
@@ -344,14 +362,16 @@ void FreeQueue::stop() {
 void Backend::free(std::uint64_t ptr) {
   if (ptr == 0) return;
   BackendState& st = *state_;
-  st.free_checked(ptr, st.check_free(ptr));
+  st.free_checked(st.check_free(ptr));
 }
 
 void Backend::free_deferred(std::uint64_t ptr) {
   if (ptr == 0) return;
   BackendState& st = *state_;
-  (void)st.check_free(ptr);
-  st.frees.push(st, ptr);
+  detail::CheckedFree f = st.check_free(ptr);
+  // From now on the memory reads as freed, for the backend's checks too.
+  if (f.own) st.ranges.remove_own(ptr);
+  st.frees.push(st, std::move(f));
 }
 
 void Backend::flush_frees() {

@@ -545,6 +545,9 @@ TEST_P(cuda_backend_test, deferred_frees_do_not_wait_for_unrelated_streams) {
   be_->free_deferred(p);
   be_->free_deferred(host);
   EXPECT_FALSE(be_->stream_query(busy));
+  // Freed for the backend at once, while the driver still holds it.
+  EXPECT_EQ(be_->pointer_info(p).kind, MemoryKind::unregistered);
+  EXPECT_EQ(be_->pointer_info(host + 8).kind, MemoryKind::unregistered);
   gate.set_value();
   be_->flush_frees();
   EXPECT_EQ(be_->pointer_info(p).kind, MemoryKind::unregistered);

@@ -134,7 +134,7 @@ TEST_F(SimScaleTest, ipc_handles_refuse_what_cannot_be_shared) {
   EXPECT_THAT([&] { sim->ipc_open_memory(garbage); },
               ThrowsCaiError(Errc::device_error, HasSubstr("not a simulator memory handle")));
   EXPECT_THAT([&] { sim->ipc_close_memory(d); },
-              ThrowsCaiError(Errc::device_error, HasSubstr("not memory opened")));
+              ThrowsCaiError(Errc::value_error, HasSubstr("not memory opened by ipc_open_memory")));
   const EventHandle plain = sim->event_create(false);
   EXPECT_THAT(
       [&] { sim->ipc_export_event(plain); },
