@@ -276,6 +276,19 @@ void bind_ipc(nb::module_& m) {
       "At exit: gives back every reference to other processes' memory this process holds.");
   m.def("_ipc_exports_in_use", &ipc_exports_in_use,
         "How many shared allocations other processes still hold.");
+  m.def(
+      "_ipc_records",
+      [] {
+        const IpcRecords r = ipc_records();
+        nb::dict d;
+        d["opened"] = r.opened;
+        d["imports"] = r.imports;
+        d["leases"] = r.leases;
+        d["controls"] = r.controls;
+        return d;
+      },
+      nb::sig("def _ipc_records() -> dict[str, int]"),
+      "What this process keeps about IPC (tests prove it stays bounded).");
 }
 
 }  // namespace cai::python

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "arrays/ipc_tickets.h"
 #include "cai/arrays/devices.h"
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
@@ -23,11 +24,11 @@ using device::detail::ProcessId;
 using device::detail::SharedMapping;
 
 // The control segment of a process that shares memory: a header, one slot per export (its
-// reference count), then one byte per ticket (0: out, 1: opened or given back).
-constexpr std::uint64_t kControlMagic = 0x31304c5254434941;  // "AICTRL01"
+// reference count), then the ticket cells (ipc_tickets.h).
+constexpr std::uint64_t kControlMagic = 0x32304c5254434941;  // "AICTRL02"
 constexpr std::size_t kHeaderBytes = 4096;
 constexpr std::uint32_t kSlots = 65536;
-constexpr std::uint64_t kTickets = std::uint64_t{64} << 20;
+constexpr std::uint64_t kCells = std::uint64_t{1} << 20;
 
 struct ControlHeader {
   std::uint64_t magic;
@@ -38,8 +39,8 @@ struct ControlSlot {
   std::atomic<std::uint64_t> generation;  ///< bumped when the slot is released
 };
 static_assert(std::atomic<std::int64_t>::is_always_lock_free, "shared between processes");
-static_assert(std::atomic<std::uint8_t>::is_always_lock_free, "shared between processes");
-constexpr std::size_t kControlBytes = kHeaderBytes + kSlots * sizeof(ControlSlot) + kTickets;
+constexpr std::size_t kControlBytes =
+    kHeaderBytes + kSlots * sizeof(ControlSlot) + kCells * sizeof(detail::TicketCell);
 
 ControlHeader& header_of(const SharedMapping& m) {
   return *reinterpret_cast<ControlHeader*>(m.data());
@@ -47,9 +48,10 @@ ControlHeader& header_of(const SharedMapping& m) {
 ControlSlot& slot_of(const SharedMapping& m, std::uint32_t slot) {
   return reinterpret_cast<ControlSlot*>(m.data() + kHeaderBytes)[slot];
 }
-std::atomic<std::uint8_t>& ticket_of(const SharedMapping& m, std::uint64_t ticket) {
-  return reinterpret_cast<std::atomic<std::uint8_t>*>(m.data() + kHeaderBytes +
-                                                      kSlots * sizeof(ControlSlot))[ticket];
+std::span<detail::TicketCell> cells_of(const SharedMapping& m) {
+  return {
+      reinterpret_cast<detail::TicketCell*>(m.data() + kHeaderBytes + kSlots * sizeof(ControlSlot)),
+      kCells};
 }
 
 // An interprocess event of one exported allocation and one stream.
@@ -109,6 +111,9 @@ struct ImportMapping {
   }
 };
 
+using TicketKey = std::tuple<std::int32_t, std::uint64_t, std::uint64_t>;
+void forget_opened(const TicketKey& key) noexcept;
+
 // One opened ticket: the reference it stands for is given back when the last View goes,
 // once the work queued on the views has run (the exporter may free or reuse the memory as soon
 // as every reference is back).
@@ -119,11 +124,13 @@ struct Lease {
   std::atomic<bool> returned{false};
   std::shared_ptr<sync::SyncState> sync;  ///< the views' stream state
   int device = 0;
+  std::optional<TicketKey> ticket;  ///< in State::opened while this lease lives
 
   void give_back() noexcept {
     if (!returned.exchange(true)) slot_of(*control, slot).refs.fetch_sub(1);
   }
   ~Lease() {
+    if (ticket) forget_opened(*ticket);
     if (returned.load()) return;
     if (sync && !device::exiting()) {
       try {
@@ -146,7 +153,6 @@ struct Lease {
 };
 
 using OriginKey = std::tuple<std::int32_t, std::uint64_t, std::uint32_t, std::uint64_t>;
-using TicketKey = std::tuple<std::int32_t, std::uint64_t, std::uint64_t>;
 
 struct State {
   std::mutex mu;
@@ -157,7 +163,7 @@ struct State {
   std::map<OriginKey, std::weak_ptr<ImportMapping>> imports;
   std::map<std::uint64_t, std::weak_ptr<ImportMapping>> imports_by_base;
   std::map<std::pair<std::int32_t, std::uint64_t>, std::weak_ptr<SharedMapping>> controls;
-  std::set<TicketKey> opened;                       ///< tickets opened in this process
+  std::set<TicketKey> opened;  ///< tickets of this process's live leases (for the message)
   std::vector<std::weak_ptr<Lease>> leases;         ///< for ipc_return_all
   std::vector<std::array<std::uint8_t, 16>> uuids;  ///< by ordinal, read once
 };
@@ -165,6 +171,12 @@ struct State {
 State& state() {
   static auto* s = new State;  // leaked: exports may be released by late destructors
   return *s;
+}
+
+void forget_opened(const TicketKey& key) noexcept {
+  State& st = state();
+  std::lock_guard lock(st.mu);
+  st.opened.erase(key);
 }
 
 bool is_self(std::int32_t pid, std::uint64_t start) {
@@ -205,6 +217,7 @@ std::shared_ptr<SharedMapping> control_of(const IpcArrayHandle& h, const char* w
                                        " holds no cai reference counts at descriptor " +
                                        std::to_string(h.control_fd) + "; the handle is corrupt");
   }
+  std::erase_if(st.controls, [](const auto& c) { return c.second.expired(); });
   st.controls[key] = m;
   return m;
 }
@@ -362,13 +375,17 @@ static IpcArrayHandle issue_unmasked(const IpcArrayHandle& h) {
   if (!h.has_memory) return out;
   auto control = control_of(h, where);
   require_slot(h, *control, where);
-  const std::uint64_t t = header_of(*control).next_ticket.fetch_add(1) + 1;
-  if (t >= kTickets) {
-    throw_error(Errc::value_error, std::string(where) + ": process " + std::to_string(h.owner_pid) +
-                                       " has issued " + std::to_string(kTickets) +
-                                       " IPC handles, the most it can");
-  }
+  // The reference first: the exporter must never see the slot unused while a ticket is made.
   slot_of(*control, h.slot).refs.fetch_add(1);
+  const std::uint64_t t =
+      detail::issue_ticket(header_of(*control).next_ticket, cells_of(*control), h.slot);
+  if (t == 0) {
+    slot_of(*control, h.slot).refs.fetch_sub(1);
+    throw_error(Errc::value_error, std::string(where) + ": " + std::to_string(kCells) +
+                                       " handles of process " + std::to_string(h.owner_pid) +
+                                       " are out (sent, neither opened nor dropped), the most "
+                                       "there can be at once");
+  }
   out.ticket = t;
   ipc_collect();
   return out;
@@ -440,15 +457,18 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
                                          ": this handle was opened in this process already; a "
                                          "handle opens once (send another for another array)");
     }
-    if (h.ticket >= kTickets || h.ticket > header_of(*control).next_ticket.load()) {
+    if (!detail::use_ticket(cells_of(*control), h.ticket, h.slot)) {
+      if (detail::ticket_was_used(cells_of(*control), h.ticket)) {
+        throw_error(Errc::value_error, std::string(where) +
+                                           ": this handle was opened (or given back) already, "
+                                           "by another process (or earlier by this one); a "
+                                           "handle opens once");
+      }
       throw_error(Errc::value_error, std::string(where) + ": ticket " + std::to_string(h.ticket) +
-                                         " was never issued by process " +
-                                         std::to_string(h.owner_pid) + "; the handle is corrupt");
-    }
-    if (ticket_of(*control, h.ticket).exchange(1) != 0) {
-      throw_error(Errc::value_error, std::string(where) +
-                                         ": this handle was opened (or given back) already, by "
-                                         "another process; a handle opens once");
+                                         " was not issued by process " +
+                                         std::to_string(h.owner_pid) +
+                                         " for this memory (or was used long ago); the handle is "
+                                         "corrupt");
     }
     st.opened.insert(key);
     lease = std::make_shared<Lease>();
@@ -456,6 +476,7 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
     lease->slot = h.slot;
     std::erase_if(st.leases, [](const auto& l) { return l.expired(); });
     st.leases.push_back(lease);
+    lease->ticket = key;  // last: a lease that dies under this lock must not take it again
   } else if (!is_self(h.owner_pid, h.owner_start)) {
     throw_error(Errc::value_error, std::string(where) +
                                        ": the handle carries no reference; only a handle "
@@ -545,12 +566,13 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
 
 static void discard_unmasked(const IpcArrayHandle& h) noexcept {
   // Every field came from another process: checked before any use, here too.
-  if (!h.has_memory || h.ticket == 0 || h.ticket >= kTickets || h.slot >= kSlots) return;
+  if (!h.has_memory || h.ticket == 0 || h.slot >= kSlots) return;
   try {
     auto control = control_of(h, "IpcHandle (discard)");
-    if (h.ticket > header_of(*control).next_ticket.load()) return;            // never issued
     if (slot_of(*control, h.slot).generation.load() != h.generation) return;  // stale
-    if (ticket_of(*control, h.ticket).exchange(1) == 0) slot_of(*control, h.slot).refs.fetch_sub(1);
+    // Only an issued, unused ticket of this slot gives its reference back.
+    if (detail::use_ticket(cells_of(*control), h.ticket, h.slot))
+      slot_of(*control, h.slot).refs.fetch_sub(1);
   } catch (...) {
     // The owner exited: nobody waits for this reference any more.
   }
@@ -586,6 +608,12 @@ std::size_t ipc_exports_in_use() {
   return static_cast<std::size_t>(std::count_if(st.exports.begin(), st.exports.end(), [&](auto& e) {
     return slot_of(*st.control, e.second->slot).refs.load() > 0;
   }));
+}
+
+IpcRecords ipc_records() {
+  State& st = state();
+  std::lock_guard lock(st.mu);
+  return {st.opened.size(), st.imports.size(), st.leases.size(), st.controls.size()};
 }
 
 void ipc_release_at_exit() noexcept {

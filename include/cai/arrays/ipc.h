@@ -85,6 +85,14 @@ std::size_t ipc_collect();
 /// Exports of this process that other processes still hold references to.
 std::size_t ipc_exports_in_use();
 
+/// What this process keeps about IPC, for tests that prove it stays bounded: tickets opened
+/// here whose arrays are alive, mappings of other processes' memory, leases, and the reference
+/// tables of other processes mapped here.
+struct IpcRecords {
+  std::size_t opened = 0, imports = 0, leases = 0, controls = 0;
+};
+IpcRecords ipc_records();
+
 /// At exit, once device::set_exiting() was called (device memory is leaked from then on, so
 /// importers keep it): releases what the exports keep alive, a Python owner among them, while
 /// the interpreter still runs. Does nothing before set_exiting().
