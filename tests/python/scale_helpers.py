@@ -173,6 +173,8 @@ def _importer_step(conn, state, msg):
         elif cmd == "ignore":
             del msg
             conn.send(("ignored",))
+        elif cmd == "records":
+            conn.send(("records", cai._cai._ipc_records()))
         elif cmd == "exit":
             conn.send(("bye",))
             return False
@@ -201,6 +203,23 @@ def exporter(conn, values, pending):
     if hard:
         os._exit(0)
     del gate  # releases the stream
+
+
+def big_exporter(conn, unshared_bytes, shared_bytes):
+    """Writes `unshared_bytes` of device memory it never shares, shares a small array and one of
+    `shared_bytes`, then waits for ("exit",) and ends with os._exit (as a crash)."""
+    import cai
+
+    kept = cai.device_array(unshared_bytes, dtype=np.uint8)
+    cai.ops.fill(kept, 1)  # every page written: resident
+    small = cai.to_device(np.arange(4.0))
+    big = cai.device_array(shared_bytes, dtype=np.uint8)
+    cai.ops.fill(big, 7)
+    handles = pickle.dumps(small.get_ipc_handle()), pickle.dumps(big.get_ipc_handle())
+    cai.synchronize()  # their events recorded and complete: the importer never waits on us
+    conn.send(("handles",) + handles)
+    conn.recv()
+    os._exit(0)
 
 
 def echo_arrays(conn):

@@ -73,7 +73,8 @@ CUresult from_handle(const Handle& h, std::uint32_t magic, const char* what, std
   if (bits.pid == ProcessId::self().pid && bits.start_time == ProcessId::self().start_time)
     return fail(CUDA_ERROR_INVALID_CONTEXT,
                 std::string("the ") + what + " was exported by this process; use it directly");
-  if (bits.slot >= slots || bits.token == 0 || bits.pid <= 0 || bits.table_fd < 0)
+  if (bits.slot >= slots || bits.token == 0 || bits.pid <= 0 || bits.table_fd < 0 ||
+      bits.reserved != 0)
     return fail(CUDA_ERROR_INVALID_VALUE, std::string("corrupt ") + what + " handle (slot " +
                                               std::to_string(bits.slot) + ", descriptor " +
                                               std::to_string(bits.table_fd) + ")");
@@ -131,9 +132,10 @@ CUresult SimDriver::cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
     }
     DeviceHeap& heap = heap_locked(a.device);
     ExportEntry& e = table[slot];
-    e.offset = heap.offset_of(ptr);
+    const auto [fd, offset] = heap.share_point(ptr);
+    e.offset = offset;
     e.size = a.size;
-    e.fd = heap.fd();
+    e.fd = fd;
     e.device = a.device;
     e.token.store(new_token());
     a.export_slot = slot;

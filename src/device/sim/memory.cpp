@@ -200,13 +200,14 @@ CUresult SimDriver::caiSimMemAllocChunked(CUdeviceptr* ptr, std::size_t chunk_by
   DeviceHeap& heap = heap_locked(device);
   const std::uint64_t base = heap.allocate(chunk_bytes * chunks);
   if (base == 0) return fail(CUDA_ERROR_OUT_OF_MEMORY, "out of memory");
+  std::byte* const host = heap.alias(base);
   for (unsigned i = 0; i < chunks; ++i) {
     const std::uint64_t at = base + i * chunk_bytes;
     Allocation a;
     a.size = chunk_bytes;
     a.kind = Kind::chunk;
     a.device = device;
-    a.host = heap.alias(at);
+    a.host = host + i * chunk_bytes;
     a.chunk_group = base;
     add_allocation_locked(at, std::move(a));
   }
