@@ -8,6 +8,9 @@
 #                memory until exit by design).
 #   tsan         ThreadSanitizer build of the simulator/device tests (cai_test_device) and of
 #                the all-layers thread test (cai_test_threads), run directly.
+#   coverage     with COVERAGE=1 (the ASan tree is then built with --coverage): line coverage
+#                of src/device/cuda/ by what asan-cpp and asan-python ran (gcovr), failing
+#                below COVERAGE_MIN percent (90). The report: $SANITIZE_BUILD/logs/coverage.txt.
 # The layers build at -O1 and the test executables at -O0 (CAI_TEST_CXX_FLAGS): the test files
 # are most of the compile time and gain nothing from optimization.
 #
@@ -18,7 +21,8 @@
 #   JOBS (2), SANITIZE_BUILD (build-sanitize), PYTHON (.venv/bin/python), CXX (g++),
 #   SANITIZE_PYTEST (what asan-python runs: pytest paths and options, default tests/python;
 #   scripts/test.sh passes the CI subset), PYTEST_ARGS (extra pytest arguments),
-#   SANITIZE_KEEP_GOING=1 (do not stop a step's tests at the first sanitizer report).
+#   SANITIZE_KEEP_GOING=1 (do not stop a step's tests at the first sanitizer report),
+#   COVERAGE=1 (the ASan tree counts lines; adds the coverage step), COVERAGE_MIN (90).
 # ccache is used when installed (CMAKE_CXX_COMPILER_LAUNCHER, unless already set).
 # Logs go to $SANITIZE_BUILD/logs; a summary is printed at the end. Exit status: 0 when every
 # step passed.
@@ -36,7 +40,10 @@ fi
 LOGS=$BUILD/logs
 mkdir -p "$LOGS"
 STEPS=("$@")
-[ ${#STEPS[@]} -eq 0 ] && STEPS=(asan-cpp asan-python tsan)
+if [ ${#STEPS[@]} -eq 0 ]; then
+  STEPS=(asan-cpp asan-python tsan)
+  [ "${COVERAGE:-0}" = 1 ] && STEPS+=(coverage)
+fi
 
 SUMMARY=()
 FAILED=0
@@ -56,6 +63,8 @@ report() {
 # -g1: line tables for the reports' stacks, no variable info (a third less compile time).
 COMMON_FLAGS="-g1 -O1 -fno-omit-frame-pointer"
 ASAN_FLAGS="$COMMON_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+# Line counts of the ASan tree, for the coverage step (the same runs, no third build).
+[ "${COVERAGE:-0}" = 1 ] && ASAN_FLAGS="$ASAN_FLAGS --coverage"
 TSAN_FLAGS="$COMMON_FLAGS -fsanitize=thread"
 
 # configure_and_build DIR FLAGS "TARGET..." [cmake args...]: a sanitized tree of the project.
@@ -98,6 +107,8 @@ step_asan_cpp() {
   fi
   # Leaks cai makes on purpose (see docs/reliability.md): the per-thread scratch-event cache
   # of src/sync/ordering.cpp is never freed, so that no event is destroyed after the driver.
+  # Counts of this run only (the tree may be reused).
+  find "$dir" -name '*.gcda' -delete
   local supp=$BUILD/lsan.supp
   printf '%s\n' "# one cache (and one event) per host thread, leaked on purpose" \
     "leak:scratch_event" >"$supp"
@@ -164,13 +175,34 @@ step_tsan() {
     "WARNING: ThreadSanitizer"
 }
 
+step_coverage() {
+  local dir=$BUILD/asan log=$LOGS/coverage.txt rc=0 min=${COVERAGE_MIN:-90}
+  if [ "${COVERAGE:-0}" != 1 ]; then
+    note "coverage: not measured (COVERAGE=1 builds the ASan tree with --coverage)"; return
+  fi
+  # The objects of src/device/cuda only: gcov runs on nothing else.
+  "$PY" -m gcovr --root "$ROOT" --filter 'src/device/cuda/' \
+    --txt "$log" --print-summary --fail-under-line "$min" \
+    "$dir/src/device/CMakeFiles/cai_device.dir/cuda" >"$LOGS/coverage-gcovr.log" 2>&1 || rc=$?
+  local lines
+  lines=$(grep -E "^lines:" "$LOGS/coverage-gcovr.log" | head -n 1)
+  if [ $rc -eq 0 ]; then
+    note "coverage: PASS (src/device/cuda/ $lines; at least $min%; per file: $log)"
+  else
+    note "coverage: FAIL (src/device/cuda/ $lines, below $min% or gcovr failed: $LOGS/coverage-gcovr.log)"
+    FAILED=1
+  fi
+  tail -n 14 "$log" 2>/dev/null
+}
+
 for step in "${STEPS[@]}"; do
   case "$step" in
     asan-cpp) step_asan_cpp ;;
     asan-python) step_asan_python ;;
     tsan) step_tsan ;;
+    coverage) step_coverage ;;
     build) step_build ;;
-    *) echo "unknown step '$step' (asan-cpp, asan-python, tsan, build)"; exit 2 ;;
+    *) echo "unknown step '$step' (asan-cpp, asan-python, tsan, coverage, build)"; exit 2 ;;
   esac
 done
 

@@ -25,7 +25,9 @@ mkdir -p build
 # local run) runs them here without sanitizers. The sanitizer trees compile at low priority from
 # here on, on what the steps before the sanitizer step leave idle (most of pytest runs on one
 # core). A failing step stops them too.
-SANITIZE_ENV=(SANITIZE_BUILD=build/sanitize PYTHON="$ROOT/.venv/bin/python" JOBS="$JOBS")
+# COVERAGE=1: the ASan tree counts lines, and the coverage step checks src/device/cuda/.
+SANITIZE_ENV=(SANITIZE_BUILD=build/sanitize PYTHON="$ROOT/.venv/bin/python" JOBS="$JOBS"
+  COVERAGE=1)
 CPP_TESTS=OFF
 if [ "${SANITIZE:-1}" != "0" ]; then
   # A process group of its own (set -m), not a session of its own: the kernel's autogroups
@@ -125,7 +127,8 @@ if [ "${SANITIZE:-1}" != "0" ]; then
   env "${SANITIZE_ENV[@]}" \
   SANITIZE_PYTEST="tests/python/test_robustness.py tests/python/test_bad_inputs.py
     tests/python/test_lifetime_stress.py tests/python/test_threads.py
-    tests/python/test_shutdown.py::test_exit_with_daemon_threads_inside_python_callbacks" \
+    tests/python/test_shutdown.py::test_exit_with_daemon_threads_inside_python_callbacks
+    tests/python/test_backend_regressions.py tests/python/test_host_memory.py" \
     scripts/sanitize.sh
 fi
 section ""
