@@ -172,5 +172,6 @@ void bind_dlpack(nb::module_& m);
 void bind_capi(nb::module_& m);
 void bind_devices(nb::module_& m);
 void bind_ipc(nb::module_& m);
+void bind_allocator(nb::module_& m);
 
 }  // namespace cai::python

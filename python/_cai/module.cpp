@@ -72,6 +72,7 @@ NB_MODULE(_cai, m) {
   bind_info(m);
   bind_devices(m);
   bind_ipc(m);
+  bind_allocator(m);
   m.def(
       "_set_exiting",
       [] {

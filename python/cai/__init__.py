@@ -11,7 +11,8 @@ What runs here: show_config(). The stream waits cai enqueues: trace_waits(); the
 charges for: device_call_counts().
 Devices and processes: Device, device_count, current_device, IpcHandle, ipc_collect,
 cai.multiprocessing (docs/scale-out.md); Numba's names select_device, gpus, detect and
-Stream.auto_synchronize. Types of parameters: cai.typing, cai.array.
+Stream.auto_synchronize. Device memory through your allocator: set_allocator, get_allocator.
+Types of parameters: cai.typing, cai.array.
 """
 
 from ._cai import (
@@ -58,6 +59,7 @@ from ._tile import Array
 from ._trace import WaitTrace, trace_waits
 from ._devices import detect, gpus, select_device
 from ._host import pinned, pinned_array
+from ._allocator import get_allocator, set_allocator
 from . import _scaleout  # pickling, Dask registrations (lazily), IPC exit warning
 from . import _numpy_api  # __array_function__ (np.concatenate on the device), __iter__
 from . import typing  # the protocols of cai's parameters (cai.typing.DeviceArrayLike, ...)
@@ -74,4 +76,5 @@ __all__ = [
     "Device", "current_device", "device_count", "IpcHandle", "ipc_collect",
     "device_call_counts", "reset_device_call_counts", "select_device", "gpus", "detect",
     "typing", "array", "managed_array", "mapped_array", "pinned_array", "pinned",
+    "set_allocator", "get_allocator",
 ]

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,13 +51,22 @@ bool partly_overlaps(const View& a, const View& b) {
   return !same_elements(a.ptr(), a.strides(), b.ptr(), b.strides(), a.shape());
 }
 
-// Device memory freed stream-ordered (Backend::free_async) when the last View of it goes.
+// Device memory for one stream's work, freed stream-ordered when the last View of it goes:
+// the allocator's (cai/arrays/allocator.h) when one is set, else the driver's stream-ordered
+// pool (Backend::alloc_async).
 class StreamBuffer {
  public:
-  StreamBuffer(std::size_t bytes, sync::StreamRef stream)
-      : ptr_(device::backend().alloc_async(bytes, stream.handle)), stream_(std::move(stream)) {}
+  StreamBuffer(std::size_t bytes, sync::StreamRef stream) : stream_(std::move(stream)) {
+    if (get_allocator()) {
+      // Used on stream_ only: given back on it, with nothing to order.
+      buffer_.emplace(device::MemoryKind::device, bytes, stream_);
+      ptr_ = buffer_->ptr();
+    } else {
+      ptr_ = device::backend().alloc_async(bytes, stream_.handle);
+    }
+  }
   ~StreamBuffer() {
-    if (device::exiting()) return;  // leaked: the streams may be gone
+    if (buffer_ || device::exiting()) return;  // leaked at exit: the streams may be gone
     try {
       device::backend().free_async(ptr_, stream_.handle);
     } catch (...) {
@@ -68,8 +78,9 @@ class StreamBuffer {
   std::uint64_t ptr() const noexcept { return ptr_; }
 
  private:
-  std::uint64_t ptr_;
+  std::uint64_t ptr_ = 0;
   sync::StreamRef stream_;  // keeps the stream alive until the free is enqueued
+  std::optional<DeviceBuffer> buffer_;
 };
 
 // A C-contiguous temporary used only on `stream`: no host synchronization to free it.

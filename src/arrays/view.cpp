@@ -1,17 +1,80 @@
 #include "cai/arrays/view.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "cai/core/error.h"
 
 namespace cai {
 
-DeviceBuffer::DeviceBuffer(device::MemoryKind kind, std::size_t bytes)
-    : ptr_(device::backend().alloc(kind, bytes)), bytes_(bytes), kind_(kind) {}
+namespace {
+
+// The allocator set, read on every allocation: a flag for the usual case (none set).
+std::mutex g_allocator_mu;
+std::shared_ptr<Allocator> g_allocator;
+std::atomic<bool> g_has_allocator{false};
+
+std::string hex_of(std::uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+void set_allocator(std::shared_ptr<Allocator> allocator) {
+  std::shared_ptr<Allocator> old;
+  std::lock_guard lock(g_allocator_mu);
+  old = std::exchange(g_allocator, std::move(allocator));
+  g_has_allocator.store(g_allocator != nullptr);
+}
+
+std::shared_ptr<Allocator> get_allocator() {
+  if (!g_has_allocator.load(std::memory_order_acquire)) return nullptr;
+  std::lock_guard lock(g_allocator_mu);
+  return g_allocator;
+}
+
+DeviceBuffer::DeviceBuffer(device::MemoryKind kind, std::size_t bytes, sync::StreamRef stream)
+    : bytes_(bytes), kind_(kind), stream_(std::move(stream)) {
+  auto& backend = device::backend();
+  if (kind != device::MemoryKind::device || !(allocator_ = get_allocator())) {
+    ptr_ = backend.alloc(kind, bytes);
+    return;
+  }
+  if (stream_.handle == 0) stream_ = sync::StreamRef(device::kLegacyDefaultStream);
+  device_ = backend.current_device();
+  ptr_ = allocator_->allocate(bytes, device_, stream_.handle);
+  try {
+    // Whatever the allocator returns is checked as any array's memory is, before any use.
+    backend.check_kernel_memory("allocator", "allocate()", ptr_, ptr_ + bytes, device_);
+  } catch (const Error& e) {
+    allocator_->deallocate(ptr_, bytes, device_, stream_.handle);
+    throw_error(Errc::value_error, "the allocator's allocate(" + std::to_string(bytes) +
+                                       " bytes, device " + std::to_string(device_) + ", " +
+                                       device::stream_text(stream_.handle) + ") returned " +
+                                       hex_of(ptr_) + ", not memory a kernel on device " +
+                                       std::to_string(device_) + " can use for " +
+                                       std::to_string(bytes) + " bytes: " + e.what());
+  }
+}
 
 DeviceBuffer::~DeviceBuffer() {
   if (device::exiting()) return;  // leaked: freeing would wait for the streams
+  if (allocator_) {
+    try {
+      // Work queued on the memory on other streams comes before the stream it is given back on.
+      if (sync_) sync_->order_before(device::backend(), stream_, -1, -1);
+    } catch (...) {
+      return;  // cannot be ordered: leaked rather than reused under running work
+    }
+    allocator_->deallocate(ptr_, bytes_, device_, stream_.handle);
+    return;
+  }
   try {
     // Not free(): the driver's free would wait for every stream of the device.
     device::backend().free_deferred(ptr_);
@@ -25,9 +88,11 @@ View View::allocate(DType dtype, std::span<const std::int64_t> shape, bool fortr
   const std::int64_t itemsize = dtype.itemsize();
   Layout layout =
       fortran_order ? Layout::f_contiguous(shape, itemsize) : Layout::c_contiguous(shape, itemsize);
-  auto state = std::make_shared<sync::SyncState>(std::move(stream));
+  auto state = std::make_shared<sync::SyncState>(stream);
   if (layout.size() == 0) return View(0, std::move(dtype), std::move(layout), false, state, {});
-  auto buffer = std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(layout.nbytes()));
+  auto buffer = std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(layout.nbytes()),
+                                               std::move(stream));
+  buffer->set_sync(state);
   const std::uint64_t ptr = buffer->ptr();
   return View(ptr, std::move(dtype), std::move(layout), false, std::move(state), std::move(buffer));
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 
+#include "cai/arrays/allocator.h"
 #include "cai/core/dtype.h"
 #include "cai/core/layout.h"
 #include "cai/device/backend.h"
@@ -15,10 +16,11 @@
 
 namespace cai {
 
-/// Device memory cai allocated; freed when the last View using it goes away.
+/// Memory cai allocated; freed when the last View using it goes away. Device memory comes
+/// from the allocator set (cai/arrays/allocator.h) for `stream`, else from the backend.
 class DeviceBuffer {
  public:
-  DeviceBuffer(device::MemoryKind kind, std::size_t bytes);
+  DeviceBuffer(device::MemoryKind kind, std::size_t bytes, sync::StreamRef stream = {});
   ~DeviceBuffer();
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -26,11 +28,18 @@ class DeviceBuffer {
   std::uint64_t ptr() const noexcept { return ptr_; }
   std::size_t size() const noexcept { return bytes_; }
   device::MemoryKind kind() const noexcept { return kind_; }
+  /// The stream state of the views of this memory: an allocator's deallocate comes after the
+  /// work queued there.
+  void set_sync(std::shared_ptr<sync::SyncState> s) noexcept { sync_ = std::move(s); }
 
  private:
   std::uint64_t ptr_ = 0;
   std::size_t bytes_ = 0;
   device::MemoryKind kind_;
+  std::shared_ptr<Allocator> allocator_;  // null: the backend's
+  int device_ = 0;
+  sync::StreamRef stream_;
+  std::shared_ptr<sync::SyncState> sync_;
 };
 
 /// An array in device-accessible memory: where it is, what it holds, how it is laid out,
