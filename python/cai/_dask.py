@@ -32,8 +32,19 @@ Header = dict[str, Any]
 _MAX_MASK_DEPTH = 8
 
 
-def _dtype_header(dtype: "np.dtype[Any]") -> Any:
-    return np.lib.format.dtype_to_descr(dtype)
+# The ml_dtypes types cai arrays carry (docs/python.md, "bfloat16 and float8"): NumPy describes
+# them as opaque void ('|V2'), so a header names them beside the description.
+_ML_DTYPES = frozenset({
+    "bfloat16", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
+    "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn",
+    "float6_e3m2fn", "float4_e2m1fn",
+})
+
+
+def _dtype_header(header: Header, dtype: "np.dtype[Any]") -> None:
+    header["dtype"] = np.lib.format.dtype_to_descr(dtype)
+    if getattr(dtype.type, "__module__", None) == "ml_dtypes":
+        header["ml_dtype"] = dtype.name
 
 
 # ----- reading a header from another process ------------------------------------------------
@@ -72,6 +83,8 @@ def _shape(header: Header, family: str, path: str) -> tuple[int, ...]:
 
 def _dtype(header: Header, family: str, path: str) -> "np.dtype[Any]":
     descr = _value(header, family, path, "dtype")
+    if isinstance(header, dict) and "ml_dtype" in header:
+        return _ml_dtype(header["ml_dtype"], family, path)
     expected = "a NumPy dtype description (numpy.lib.format.dtype_to_descr)"
     try:
         dtype: np.dtype[Any] = np.lib.format.descr_to_dtype(descr)
@@ -81,6 +94,22 @@ def _dtype(header: Header, family: str, path: str) -> "np.dtype[Any]":
         raise _fail(ValueError, family, path, "dtype", descr,
                     "a dtype without Python objects (they cannot live in device memory)")
     return dtype
+
+
+def _ml_dtype(name: Any, family: str, path: str) -> "np.dtype[Any]":
+    # NumPy's description of these types is opaque ('|V2') or unreadable ('<f1'): the name is
+    # what says the type, checked against the known ones (the header is untrusted).
+    if not isinstance(name, str) or name not in _ML_DTYPES:
+        raise _fail(ValueError, family, path, "ml_dtype", name,
+                    f"one of the ml_dtypes types ({', '.join(sorted(_ML_DTYPES))})")
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise TypeError(f"cai: Dask {family!r} header: {path}ml_dtype: the array holds "
+                        f"{name}, a type of ml_dtypes, which is not installed here "
+                        "(pip install ml-dtypes); read as raw bytes it would be misread"
+                        ) from None
+    return np.dtype(getattr(ml_dtypes, name))
 
 
 def _mask_header(header: Header, family: str, path: str, depth: int) -> Header | None:
@@ -112,11 +141,8 @@ def _check_all_used(frames: list[Any], used: int, family: str) -> None:
 
 def _serialize_host(x: DeviceNDArray) -> tuple[Header, list[memoryview]]:
     frame, fortran = _host_bytes(x)
-    header: Header = {
-        "shape": list(x.shape),
-        "dtype": _dtype_header(x.dtype),
-        "fortran": fortran,
-    }
+    header: Header = {"shape": list(x.shape), "fortran": fortran}
+    _dtype_header(header, x.dtype)
     frames = [frame]
     if x.mask is not None:
         header["mask"], mask_frames = _serialize_host(x.mask)
@@ -169,11 +195,8 @@ def _serialize_device(x: DeviceNDArray) -> tuple[Header, list[DeviceNDArray]]:
     data = _data_only(x)  # the mask goes on its own, below
     if not (data.is_c_contiguous() or data.is_f_contiguous()):
         data = _cai.to_device(data)  # a dense device copy
-    header: Header = {
-        "shape": list(data.shape),
-        "dtype": _dtype_header(data.dtype),
-        "strides": list(data.strides),
-    }
+    header: Header = {"shape": list(data.shape), "strides": list(data.strides)}
+    _dtype_header(header, data.dtype)
     frames = []
     if data.nbytes:
         # The frame: the array's bytes as a 1-d uint8 device array (no copy), on its stream,
@@ -230,9 +253,10 @@ def _read_device(header: Header, frames: list[Any], index: int, path: str,
                              f"{path}strides {list(strides)} of dtype {dtype.str} reach over "
                              f"{highest - lowest} bytes, but frame {index} holds "
                              f"{frame.nbytes}")
+        ml = getattr(dtype.type, "__module__", None) == "ml_dtypes"
         desc = {
             "shape": shape,
-            "typestr": dtype.str,
+            "typestr": f"|V{dtype.itemsize}" if ml else dtype.str,
             "data": (frame.ptr - lowest, frame.readonly),
             "strides": strides,
             "version": 3,
@@ -241,6 +265,8 @@ def _read_device(header: Header, frames: list[Any], index: int, path: str,
         if dtype.fields is not None:
             desc["descr"] = dtype.descr
         arr = _cai.from_cuda_array_interface(desc, owner=frame)
+        if ml:
+            arr = arr.view(dtype)  # the CAI has no typestr for ml_dtypes' types
         index += 1
     mask = None
     if mask_header is not None:

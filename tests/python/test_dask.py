@@ -266,6 +266,46 @@ def test_a_mask_header_of_another_shape_is_refused(family):
     with pytest.raises(ValueError, match=r"mask: shape \(2, 6\) differs from the data shape"):
         deserialize(header, frames)
 
+ML_TYPES = ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn"]
+
+
+@pytest.mark.parametrize("family", ["dask", "cuda"])
+@pytest.mark.parametrize("name", ML_TYPES)
+def test_ml_dtypes_keep_their_type(family, name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    t = np.dtype(getattr(ml_dtypes, name))
+    arr = cai.to_device(np.arange(6, dtype=t).reshape(2, 3))[:, ::-1]
+    got = deserialize(*serialize(arr, serializers=(family,)))
+    assert got.dtype == t                    # not '|V2', nor e4m3 read as e5m2
+    np.testing.assert_array_equal(got.copy_to_host().astype(np.float32),
+                                  arr.copy_to_host().astype(np.float32))
+
+
+@pytest.mark.parametrize("family", ["dask", "cuda"])
+def test_an_ml_dtype_header_is_checked(family):
+    arr = cai.to_device(np.arange(4, dtype=np.dtype("bfloat16")))
+    header, frames = serialize(arr, serializers=(family,))
+    for bad in ("float128", 7, "__import__"):
+        header["sub-header"]["ml_dtype"] = bad
+        with pytest.raises(ValueError, match=r"ml_dtype: expected one of the ml_dtypes types"):
+            deserialize(header, frames)
+
+
+def test_an_ml_dtype_is_refused_where_ml_dtypes_is_missing():
+    r = run_python(textwrap.dedent("""
+        import sys, numpy as np, ml_dtypes, cai
+        from distributed.protocol import serialize, deserialize
+        header, frames = serialize(cai.to_device(np.arange(4, dtype=ml_dtypes.bfloat16)),
+                                   serializers=("dask",))
+        sys.modules["ml_dtypes"] = None          # as on a worker without it
+        try:
+            deserialize(header, frames)
+        except TypeError as e:
+            print("refused:", "ml_dtypes, which is not installed here" in str(e))
+    """))
+    assert r.returncode == 0 and r.stdout.strip() == "refused: True", r.stderr
+
+
 # ----- sizeof, tokens, functions, dask.array (docs/scale-out.md, "dask.array") -----------------
 
 def test_import_cai_imports_no_dask_and_registers_when_dask_comes():
