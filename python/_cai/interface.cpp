@@ -15,8 +15,6 @@ namespace cai::python {
 
 namespace {
 
-constexpr int kMaxMaskDepth = 8;
-
 // Interned keys, created once: dict lookups with them hash nothing.
 struct Keys {
   PyObject *shape, *typestr, *data, *version, *strides, *descr, *mask, *stream, *cai;
@@ -201,9 +199,9 @@ View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const cha
     if (o == Py_None) {
       f.mask_state = Presence::none;
     } else {
-      if (depth >= kMaxMaskDepth)
+      if (depth >= max_mask_depth)
         throw_error(Errc::value_error, std::string(entry) + ": mask: masks nested more than " +
-                                           std::to_string(kMaxMaskDepth) +
+                                           std::to_string(max_mask_depth) +
                                            " levels deep (a cycle of masks?)");
       PyObject* mask_desc = call_python([&] { return PyObject_GetAttr(o, k.cai); });
       if (!mask_desc) {

@@ -13,6 +13,7 @@
 #include "cai/arrays/devices.h"
 #include "cai/arrays/ipc.h"
 #include "cai/core/error.h"
+#include "cai/core/interface.h"
 #include "common.h"
 
 namespace cai::python {
@@ -22,8 +23,6 @@ namespace {
 // 2: a 22nd field, the mask's fields (or None).
 constexpr int kPickleVersion = 2;
 constexpr int kPickleFields = 22;
-// How deeply a received handle may nest masks (a mask's mask, ...), as cai's CAI import.
-constexpr int kMaxMaskDepth = 8;
 
 struct PyIpcHandle;
 // Received handles not opened yet (each holds a reference): given back at exit.
@@ -158,9 +157,9 @@ nb::object read_fields(nb::handle fields, IpcArrayHandle& h, int depth) {
   h.generation = nb::cast<std::uint64_t>(f[19]);
   h.ticket = nb::cast<std::uint64_t>(f[20]);
   if (!f[21].is_none()) {
-    if (depth >= kMaxMaskDepth)
+    if (depth >= max_mask_depth)
       throw_error(Errc::value_error, "IpcHandle: mask: masks nested more than " +
-                                         std::to_string(kMaxMaskDepth) + " levels deep");
+                                         std::to_string(max_mask_depth) + " levels deep");
     IpcArrayHandle mask;
     read_fields(f[21], mask, depth + 1);
     h.mask = std::make_shared<const IpcArrayHandle>(std::move(mask));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cai/arrays/ipc.h"
+#include "cai/core/interface.h"
 #include "cai/version.h"
 #include "common.h"
 #include "info.h"
@@ -59,6 +60,7 @@ NB_MODULE(_cai, m) {
   m.doc() = "cai: CUDA Array Interface and DLPack exchange (compiled core)";
   g_main_thread = nb::cast<unsigned long>(
       nb::module_::import_("threading").attr("main_thread")().attr("ident"));
+  m.attr("_MAX_MASK_DEPTH") = cai::max_mask_depth;  // the Dask headers' limit (python/cai/_dask.py)
   m.attr("__version__") =
       CAI_STR(CAI_VERSION_MAJOR) "." CAI_STR(CAI_VERSION_MINOR) "." CAI_STR(CAI_VERSION_PATCH);
   bind_errors(m);

@@ -28,8 +28,8 @@ _registered = False
 
 Header = dict[str, Any]
 
-# How deeply a received header may nest masks (a mask's mask, ...), as cai's CAI import.
-_MAX_MASK_DEPTH = 8
+# How deeply a received header may nest masks (a mask's mask, ...): the core's limit.
+_MAX_MASK_DEPTH: int = _cai._MAX_MASK_DEPTH
 
 
 # The ml_dtypes types cai arrays carry (docs/python.md, "bfloat16 and float8"): NumPy describes
@@ -109,7 +109,8 @@ def _ml_dtype(name: Any, family: str, path: str) -> "np.dtype[Any]":
                         f"{name}, a type of ml_dtypes, which is not installed here "
                         "(pip install ml-dtypes); read as raw bytes it would be misread"
                         ) from None
-    return np.dtype(getattr(ml_dtypes, name))
+    typed: np.dtype[Any] = np.dtype(getattr(ml_dtypes, name))
+    return typed
 
 
 def _mask_header(header: Header, family: str, path: str, depth: int) -> Header | None:

@@ -19,6 +19,9 @@ namespace cai {
 
 /// The newest CAI version cai knows. Higher versions are read with its rules.
 inline constexpr int latest_interface_version = 3;
+/// How deeply cai follows masks of masks (a mask's own `mask` key, ...) when it reads them, from
+/// a producer, a pickled IPC handle or a Dask header: deeper is refused (a cycle, or hostile).
+inline constexpr int max_mask_depth = 8;
 
 struct Interface;
 

@@ -78,6 +78,9 @@ class FreeQueue {
   void push(BackendState& st, CheckedFree f);
   /// Whether the allocation at base is queued or being freed.
   bool freeing(std::uint64_t base);
+  /// The memory at base is in use again (an IPC mapping opened anew while its last close is
+  /// queued: the driver counts the opens, so the close leaves it mapped).
+  void unmark(std::uint64_t base);
   /// Waits until every queued free is done; false when none was queued.
   bool flush();
   /// Frees what is queued, then ends the thread (idempotent).

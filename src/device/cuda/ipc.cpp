@@ -73,7 +73,7 @@ std::uint64_t Backend::ipc_open_memory(const IpcMemoryHandle& handle) {
   // Lazy peer access: the memory may be opened on another device than it lives on.
   CAI_DRIVER(st, cuIpcOpenMemHandle, &p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
   std::lock_guard lock(st.ipc_mu);
-  ++st.ipc_opened[p];
+  if (++st.ipc_opened[p] == 1) st.frees.unmark(p);
   return p;
 }
 

@@ -313,6 +313,12 @@ void FreeQueue::push(BackendState& st, CheckedFree f) {
   work_.notify_one();
 }
 
+void FreeQueue::unmark(std::uint64_t base) {
+  if (in_flight_.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(mu_);
+  freeing_.erase(base);
+}
+
 bool FreeQueue::freeing(std::uint64_t base) {
   if (in_flight_.load(std::memory_order_acquire) == 0) return false;  // the usual case
   std::lock_guard lock(mu_);
