@@ -1,6 +1,8 @@
 // The simulated driver: its exported symbols, the trampolines that reach an instance, and the
 // entry points of initialisation, errors, devices and contexts.
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -165,14 +167,22 @@ const ErrorText* find_error(CUresult r) {
 }
 
 // Live instances, told when a host thread exits. Leaked so that thread exits during static
-// destruction still find it.
+// destruction still find it. A forked child starts with an empty list: the parent's instances
+// are copies whose threads do not exist there, and whose locks a parent thread may have held
+// at the fork (a thread of the child that exits would wait on them for ever).
 struct LiveInstances {
   std::mutex mu;
   std::vector<SimDriver*> list;
 };
+std::atomic<LiveInstances*> g_live{nullptr};
 LiveInstances& live() {
-  static auto* l = new LiveInstances;
-  return *l;
+  static const bool registered = [] {
+    g_live.store(new LiveInstances);
+    ::pthread_atfork(nullptr, nullptr, [] { g_live.store(new LiveInstances); });
+    return true;
+  }();
+  (void)registered;
+  return *g_live.load();
 }
 
 std::atomic<std::uint64_t> g_next_instance{1};

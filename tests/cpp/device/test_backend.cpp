@@ -361,7 +361,7 @@ std::vector<std::uint8_t> typed_values(ElementType t, std::size_t count, int see
         break;
       case ElementType::i32:
       case ElementType::u32:
-        put(static_cast<std::int32_t>(v * 30000000));
+        put(static_cast<std::int32_t>(static_cast<std::int64_t>(v) * 30000000));  // wraps
         break;
       case ElementType::i64:
       case ElementType::u64:
