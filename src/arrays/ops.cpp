@@ -182,6 +182,13 @@ void add(const View& out, const View& a, const View& b, const sync::StreamRef& s
 }
 
 namespace {
+// Blocks until `stream` is idle; then the host knows v's work done if it was on that stream.
+void wait_on_host(device::Backend& backend, const View& v, device::StreamHandle stream) {
+  const std::uint64_t clock = sync::work_clock();
+  backend.stream_synchronize(stream);
+  v.sync()->host_waited(stream, clock);
+}
+
 // dst = the caller's host memory at `from`; returns once copied when `blocking`.
 void upload(const View& dst, const Operand& from, const sync::StreamRef& stream,
             bool blocking = true) {
@@ -192,7 +199,7 @@ void upload(const View& dst, const Operand& from, const sync::StreamRef& stream,
   order.add(*dst.sync());
   backend.copy_strided_async(operand(dst), from, stream.handle);
   order.finish();
-  if (blocking) backend.stream_synchronize(stream.handle);
+  if (blocking) wait_on_host(backend, dst, stream.handle);
 }
 }  // namespace
 
@@ -223,7 +230,7 @@ void copy_to_host(void* host, const View& src, const sync::StreamRef& stream, bo
                    Layout::c_contiguous(src.shape(), src.dtype().itemsize()), true};
   backend.copy_strided_async(to, operand(src), stream.handle);
   order.finish();
-  if (blocking) backend.stream_synchronize(stream.handle);
+  if (blocking) wait_on_host(backend, src, stream.handle);
 }
 
 }  // namespace cai

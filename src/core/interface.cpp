@@ -93,7 +93,7 @@ Interface validate_interface(const InterfaceFields& f, TypestrOptions options) {
     }
   }
 
-  out.dtype = DType::from_typestr(f.typestr, options);
+  out.dtype = f.dtype ? *f.dtype : DType::from_typestr(f.typestr, options);
   if (f.has_descr && !restates_typestr(f.descr, f.typestr, out.dtype, options)) {
     DType structured = DType::from_descr(f.descr, options);
     if (structured.itemsize() != out.dtype.itemsize()) {

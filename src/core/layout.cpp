@@ -292,6 +292,25 @@ Layout::Sliced Layout::index(std::span<const IndexItem> items) const {
   return {Layout(std::move(shape), std::move(strides), itemsize_), offset};
 }
 
+Layout Layout::broadcast_to(std::span<const std::int64_t> shape, std::string_view subject) const {
+  if (shape_.size() > shape.size())
+    throw_error(Errc::value_error, std::string(subject) + ": cannot broadcast a " +
+                                       to_string(shape_.size()) + "-d value to a " +
+                                       to_string(shape.size()) + "-d array");
+  Dims strides(shape.size(), 0);
+  const std::size_t lead = shape.size() - shape_.size();
+  for (std::size_t i = 0; i < shape_.size(); ++i) {
+    const std::int64_t n = shape_[i], m = shape[lead + i];
+    if (n == m)
+      strides[lead + i] = strides_[i];
+    else if (n != 1)
+      throw_error(Errc::value_error, std::string(subject) + ": cannot broadcast axis " +
+                                         to_string(i) + " of size " + to_string(n) +
+                                         " to size " + to_string(m));
+  }
+  return Layout(Dims(shape), std::move(strides), itemsize_);
+}
+
 Layout Layout::transpose() const {
   Layout out = *this;
   std::reverse(out.shape_.begin(), out.shape_.end());

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 
 #include "cai/core/dtype.h"
 #include "cai/core/layout.h"
@@ -75,6 +76,9 @@ class View {
   View slice(int axis, std::int64_t start, std::int64_t stop) const;
   /// NumPy basic indexing; shares memory and stream.
   View index(std::span<const IndexItem> items) const;
+  /// NumPy's broadcasting to `shape` (Layout::broadcast_to); shares memory and stream, and a
+  /// mask is broadcast alike.
+  View broadcast_to(std::span<const std::int64_t> shape, std::string_view subject) const;
   View transpose() const;
   /// Axes reordered (Layout::permute); shares memory and stream.
   View permute(std::span<const int> axes) const;

@@ -199,9 +199,11 @@ class SimDriver {
   const Allocation* chunks_locked(std::uint64_t lo, std::uint64_t hi, std::uint64_t& base) const;
   /// The CPU address of [lo, hi) for an operation of `device`'s streams: device memory of that
   /// device, host memory (pinned, registered, managed, or `pageable_ok` host memory outside
-  /// every allocation). Fails with CUDA_ERROR_ILLEGAL_ADDRESS (kernels) or INVALID_VALUE.
+  /// every allocation). Fails with CUDA_ERROR_ILLEGAL_ADDRESS (kernels) or INVALID_VALUE;
+  /// the message names `what` (followed by "<part> <index>" when part is given).
   CUresult reach_locked(std::uint64_t lo, std::uint64_t hi, int device, bool pageable_ok,
-                        CUresult error, const char* what, std::int64_t& delta);
+                        CUresult error, const char* what, std::int64_t& delta,
+                        const char* part = nullptr, std::size_t index = 0);
   /// Enqueues op on s with the legacy-stream ordering; checks and records `runs` first and
   /// changes nothing when they race (throws Error(race)).
   void enqueue_locked(const std::shared_ptr<Stream>& s, Op op, std::span<const AccessRun> runs,
