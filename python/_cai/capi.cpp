@@ -11,11 +11,15 @@
 #include <vector>
 
 #include "array.h"
+#include "bindings.h"
 #include "cai/arrays/devices.h"
 #include "cai/arrays/dlpack.h"
 #include "cai/arrays/typed_view.h"
 #include "cai/device/simulator.h"
 #include "cai/version.h"
+#include "errors.h"
+#include "interface.h"
+#include "streams.h"
 
 #define CAI_CAPI_STR2(x) #x
 #define CAI_CAPI_STR(x) CAI_CAPI_STR2(x)
@@ -53,8 +57,19 @@ void require_size(std::uint32_t given, std::size_t needed, const char* what) {
                                        std::to_string(needed));
 }
 
-TypedViewSpec spec_of(const CaiArrayRequest& r) {
+// The typed-view spec of a request, built once per distinct request (a module's static
+// constexpr): found by content, so that an unloaded module's address reused cannot mislead.
+const TypedViewSpec& spec_of(const CaiArrayRequest& r) {
   require_size(r.size, sizeof(CaiArrayRequest), "CaiArrayRequest");
+  struct Entry {
+    CaiArrayRequest request;
+    TypedViewSpec spec;
+  };
+  static constexpr std::size_t kEntries = 16;
+  static auto* entries = new std::optional<Entry>[kEntries];  // with the GIL; leaked
+  static std::size_t next = 0;
+  for (std::size_t i = 0; i < kEntries && entries[i]; ++i)
+    if (std::memcmp(&entries[i]->request, &r, sizeof r) == 0) return entries[i]->spec;
   TypedViewSpec spec;
   spec.dtype = DType::from_dlpack(r.dtype);
   spec.item_size = r.item_size;
@@ -64,38 +79,40 @@ TypedViewSpec spec_of(const CaiArrayRequest& r) {
   spec.c_contiguous = (r.flags & CAI_REQUIRE_C_CONTIG) != 0;
   spec.f_contiguous = (r.flags & CAI_REQUIRE_F_CONTIG) != 0;
   spec.allow_mask = (r.flags & CAI_ALLOW_MASK) != 0;
-  return spec;
+  std::optional<Entry>& e = entries[next++ % kEntries];
+  e.emplace(Entry{r, std::move(spec)});
+  return e->spec;
 }
 
-// Fills `out` for the array `obj` (a cai.DeviceNDArray), taking over the reference.
-void describe(const View& v, nb::object obj, CaiArrayInfo& out) noexcept {
-  out.ndim = v.ndim();
-  out.data = v.ptr();
-  out.shape = v.shape().data();
-  out.strides = v.strides().data();
+// Fills `out` for the array `a` held by `obj`, taking over the reference.
+void describe(PyArray& a, nb::object obj, CaiArrayInfo& out) {
+  out.ndim = a.ndim();
+  out.data = a.ptr();
+  out.shape = a.shape().data();
+  out.strides = a.strides().data();
   out.dtype = DLDataType{0, 0, 0};
-  const DType& t = v.dtype();
+  const DType& t = a.dtype();
   if (t.is_native() && !t.is_structured()) {
     try {
       out.dtype = t.to_dlpack();
-    } catch (...) {
+    } catch (const Error&) {
       // No DLPack type (strings, datetimes): lanes 0 says so; the typestr names it.
     }
   }
-  out.readonly = v.readonly() ? 1 : 0;
+  out.readonly = a.readonly() ? 1 : 0;
   out.itemsize = t.itemsize();
   // The stream work may be enqueued on after the array's (none behind an import event: the
   // C API's order_begin waits for that).
-  const auto stream = v.sync()->stream();
-  out.stream = stream ? stream->handle : 0;
-  out.has_mask = v.mask() ? 1 : 0;
-  const std::string typestr = t.str();
-  const std::size_t n = std::min(typestr.size(), sizeof out.typestr - 1);
-  std::memcpy(out.typestr, typestr.data(), n);
-  out.typestr[n] = '\0';
+  const auto stream = a.stream_handle();
+  out.stream = stream ? *stream : 0;
+  out.has_mask = a.masked() ? 1 : 0;
+  std::memcpy(out.typestr, a.typestr(), sizeof out.typestr);
   out.array = reinterpret_cast<CaiArray*>(obj.release().ptr());
 }
 
+// The C API's import, the caster's per-argument path: a cai array that fits is a type check,
+// a check of its inline fields against the cached spec and a struct filled in; a foreign one is
+// imported as by cai.as_cuda_array, its producer's stream ordered after only once it fits.
 int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char* entry,
                       std::uint32_t options, CaiArrayInfo* out,
                       std::int64_t* element_strides) noexcept {
@@ -104,30 +121,24 @@ int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char*
     require_size(out->size, sizeof(CaiArrayInfo), "CaiArrayInfo");
     const char* who = entry ? entry : "cai C API";
     nb::handle h(obj);
-    PyArray* ours = as_py_array(h);
-    View imported;
-    std::optional<device::StreamHandle> producer;  // ordered once the array fits
-    const View& v = ours ? ours->view : (imported = import_view(h, true, who, &producer));
+    std::optional<device::StreamHandle> producer;
+    nb::object array = as_py_array(h) ? nb::borrow(h) : import_array(h, true, who, &producer);
+    PyArray& a = *as_py_array(array);
     if (request) {
-      const TypedViewSpec spec = spec_of(*request);
-      const TypedViewMismatch m = check_typed_view(v, spec, element_strides);
+      const TypedViewSpec& spec = spec_of(*request);
+      const TypedViewMismatch m = check_typed_view(a.ptr(), a.dtype(), a.layout(), a.readonly(),
+                                                   a.masked(), spec, element_strides);
       if (m != TypedViewMismatch::none) {
         fits = 1;
         if (!(options & CAI_IMPORT_QUIET))
-          PyErr_SetString(PyExc_TypeError, typed_view_message(v, spec, m, who).c_str());
+          PyErr_SetString(PyExc_TypeError, typed_view_message(a.view(), spec, m, who).c_str());
         return;
       }
-    } else if (element_strides && !v.layout().try_element_strides(element_strides)) {
-      (void)v.layout().element_strides();  // throws the rule's message
+    } else if (element_strides && !a.layout().try_element_strides(element_strides)) {
+      (void)a.layout().element_strides();  // throws the rule's message
     }
-    if (ours) {
-      describe(ours->view, nb::borrow(h), *out);
-    } else {
-      if (producer) imported.sync()->set_imported(device::backend(), *producer);
-      nb::object wrapped = wrap(std::move(imported));
-      const View& view = as_py_array(wrapped)->view;
-      describe(view, std::move(wrapped), *out);
-    }
+    if (producer) a.view().sync()->set_imported(device::backend(), *producer);
+    describe(a, std::move(array), *out);
   });
   return rc != 0 ? -1 : fits;
 }
@@ -166,7 +177,7 @@ PyObject* capi_array_to_python(CaiArray* a) noexcept {
 }
 
 int capi_array_device(CaiArray* a, DLDevice* out) noexcept {
-  return guarded([&] { *out = dlpack_device(array_of(a).view); });
+  return guarded([&] { *out = array_of(a).device(); });
 }
 
 int capi_new_array(const CaiArraySpec* spec, CaiArrayInfo* out,
@@ -182,8 +193,8 @@ int capi_new_array(const CaiArraySpec* spec, CaiArrayInfo* out,
                             stream_ref(spec->stream));
     if (element_strides) v.layout().try_element_strides(element_strides);
     nb::object obj = wrap(std::move(v));
-    const View& view = as_py_array(obj)->view;
-    describe(view, std::move(obj), *out);
+    PyArray& a = *as_py_array(obj);
+    describe(a, std::move(obj), *out);
   });
 }
 
@@ -254,7 +265,7 @@ int capi_order_begin(const CaiStream* work, CaiArray* const* arrays, std::size_t
     views.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
       names.push_back("array " + std::to_string(i));
-      views.push_back({names.back().c_str(), &array_of(arrays[i]).view});
+      views.push_back({names.back().c_str(), &array_of(arrays[i]).view()});
     }
     auto order = std::unique_ptr<CaiOrder>(
         new CaiOrder{std::nullopt, sync::StreamOrder(device::backend(), stream), {}});
@@ -295,7 +306,7 @@ int capi_enqueue_host_task(const CaiStream* stream, CaiArray* const* arrays,
     std::vector<device::sim::Access> accesses;
     accesses.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
-      const View& v = array_of(arrays[i]).view;
+      const View& v = array_of(arrays[i]).view();
       accesses.push_back({v.ptr(), v.shape(), v.strides(),
                           static_cast<std::size_t>(v.dtype().itemsize()), writes[i] != 0});
     }
@@ -358,7 +369,7 @@ void bind_capi(nb::module_& m) {
       [](nb::handle array) {
         PyArray* a = as_py_array(array);
         if (!a) throw_error(Errc::type_error, "_element_strides(): expected a cai.DeviceNDArray");
-        return to_tuple(a->view.layout().element_strides());
+        return to_tuple(a->layout().element_strides());
       },
       "Element strides by the typed-view rule (docs/cpp-typed-view.md).");
 }

@@ -9,8 +9,10 @@
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
 #include "cai/device/simulator.h"
-#include "common.h"
+#include "bindings.h"
 #include "convert.h"
+#include "gil.h"
+#include "streams.h"
 
 namespace cai::python {
 
@@ -38,6 +40,11 @@ StreamHandle int_handle(nb::handle obj, const std::string& what) {
 
 sync::StreamRef library_default_stream() {
   return {device::kLegacyDefaultStream, nullptr};
+}
+
+sync::StreamRef stream_or_default(const View& v) {
+  if (auto s = v.sync()->stream()) return *s;
+  return library_default_stream();
 }
 
 sync::StreamRef stream_arg(nb::handle obj, const char* entry, const sync::StreamRef& fallback) {
@@ -166,7 +173,7 @@ void bind_device(nb::module_& m) {
       "synchronize",
       [] {
         NoGil nogil;
-        backend().synchronize();
+        sync::synchronize_device(backend());
       },
       "Waits for all work on the current device.");
   m.def(

@@ -7,16 +7,24 @@
 #include <utility>
 
 #include "array.h"
+#include "bindings.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/error.h"
+#include "interface.h"
+#include "streams.h"
 
 namespace cai::python {
 
 namespace {
 
+PyObject* zero() {
+  static PyObject* z = PyLong_FromLong(0);
+  return z;
+}
+
 sync::StreamRef op_stream(nb::handle stream, const View& written, const char* entry) {
-  auto fallback = written.sync()->stream();
-  return stream_arg(stream, entry, fallback ? *fallback : library_default_stream());
+  if (stream.is_none() || stream.ptr() == zero()) return stream_or_default(written);
+  return stream_arg(stream, entry, stream_or_default(written));
 }
 
 template <std::size_t>
@@ -31,13 +39,13 @@ void bind_elementwise(nb::module_& ops, device::ElementwiseOp op, std::index_seq
       info.name.data(),
       [op, entry = std::string(info.name) + "()"](Handle<I>... in, nb::handle out,
                                                   nb::handle stream) {
-        const View inputs[] = {import_view(in, true, entry.c_str())...};
-        const View vo = import_view(out, true, entry.c_str());
-        const View* pointers[] = {&inputs[I]...};
-        const auto st = op_stream(stream, vo, entry.c_str());
+        const ViewArg inputs[] = {ViewArg(in, true, entry.c_str())...};
+        const ViewArg vo(out, true, entry.c_str());
+        const View* pointers[] = {inputs[I].get()...};
+        const auto st = op_stream(stream, *vo, entry.c_str());
         note_write();
         NoGil nogil;  // the backend may wait (staging without memory pools)
-        elementwise(op, vo, pointers, st);
+        elementwise(op, *vo, pointers, st);
       },
       nb::arg(device::elementwise_operand_name(I + 1).data())..., nb::arg("out"),
       nb::arg("stream").none() = 0, info.summary.data());
@@ -50,27 +58,27 @@ void bind_ops(nb::module_& m) {
   ops.def(
       "copy",
       [](nb::handle dst, nb::handle src, nb::handle stream) {
-        View d = import_view(dst, true, "copy()");
-        View s = import_view(src, true, "copy()");
-        const auto st = op_stream(stream, d, "copy()");
+        const ViewArg d(dst, true, "copy()");
+        const ViewArg s(src, true, "copy()");
+        const auto st = op_stream(stream, *d, "copy()");
         note_write();
         NoGil nogil;  // the backend may wait (staging without memory pools)
-        copy(d, s, st);
+        copy(*d, *s, st);
       },
       nb::arg("dst"), nb::arg("src"), nb::arg("stream").none() = 0,
       "dst[...] = src; equal shapes and dtypes, any strides.");
   ops.def(
       "fill",
       [](nb::handle arr, nb::handle value, nb::handle stream) {
-        View d = import_view(arr, true, "fill()");
-        nb::object scalar = numpy_module().attr("asarray")(value, numpy_dtype(d.dtype()));
+        const ViewArg d(arr, true, "fill()");
+        nb::object scalar = numpy_module().attr("asarray")(value, numpy_dtype(d->dtype()));
         if (nb::cast<int>(scalar.attr("ndim")) != 0)
           throw_error(Errc::type_error, "fill(): value must be a scalar");
         nb::bytes raw = nb::borrow<nb::bytes>(scalar.attr("tobytes")());
-        const auto st = op_stream(stream, d, "fill()");
+        const auto st = op_stream(stream, *d, "fill()");
         note_write();
         NoGil nogil;  // the backend may wait (staging without memory pools)
-        fill(d, raw.c_str(), st);
+        fill(*d, raw.c_str(), st);
       },
       nb::arg("arr"), nb::arg("value"), nb::arg("stream").none() = 0,
       "Sets every element of arr to value (converted by NumPy's rules).");

@@ -1,0 +1,25 @@
+#pragma once
+
+// Internal to the extension: the run-time switches (cai.config) and the write counter.
+
+#include <atomic>
+#include <cstdint>
+
+namespace cai::python {
+
+/// Run-time switches (cai.config).
+struct Config {
+  bool import_sync = true;
+  bool export_stream = true;
+};
+Config& config();
+
+/// Counts the writes cai makes or allows to device memory (its operations, assignments, and
+/// exports of writable arrays to other libraries), so that Dask's token of an array changes
+/// when the array may have changed (python/cai/_dask_array.py). One relaxed increment.
+inline std::atomic<std::uint64_t> g_write_epoch{0};
+inline void note_write() noexcept {
+  g_write_epoch.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace cai::python
