@@ -4,6 +4,7 @@
 
 #include "cai/capi.h"
 
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -187,7 +188,8 @@ int capi_new_array(const CaiArraySpec* spec, CaiArrayInfo* out,
     require_size(out->size, sizeof(CaiArrayInfo), "CaiArrayInfo");
     if (spec->ndim < 0 || spec->ndim > max_ndim || (spec->ndim > 0 && !spec->shape))
       throw_error(Errc::value_error, "new_array(): ndim " + std::to_string(spec->ndim) +
-                                         " needs 0 <= ndim <= 64 and a shape");
+                                         " needs 0 <= ndim <= " + std::to_string(max_ndim) +
+                                         " and a shape");
     std::span<const std::int64_t> shape(spec->shape, static_cast<std::size_t>(spec->ndim));
     View v = View::allocate(DType::from_dlpack(spec->dtype), shape, spec->fortran_order != 0,
                             stream_ref(spec->stream));
@@ -221,7 +223,8 @@ PyObject* capi_wrap_memory(const CaiMemory* m) noexcept {
     require_size(m->size, sizeof(CaiMemory), "CaiMemory");
     if (m->ndim < 0 || m->ndim > max_ndim || (m->ndim > 0 && !m->shape))
       throw_error(Errc::value_error, "make_array(): ndim " + std::to_string(m->ndim) +
-                                         " needs 0 <= ndim <= 64 and a shape");
+                                         " needs 0 <= ndim <= " + std::to_string(max_ndim) +
+                                         " and a shape");
     const auto n = static_cast<std::size_t>(m->ndim);
     DType dtype = m->typestr ? DType::from_typestr(m->typestr) : DType::from_dlpack(m->dtype);
     std::span<const std::int64_t> shape(m->shape, n);
@@ -337,26 +340,28 @@ static_assert(CAI_ERROR_TYPE == static_cast<int>(Errc::type_error) &&
                   CAI_ERROR_RACE == static_cast<int>(Errc::race),
               "capi.h's CAI_ERROR_* must follow cai::Errc");
 
+// The table, from the one slot list of capi.h: slot NAME holds capi_NAME.
+#define CAI_CAPI_FILL(ret, name, params, since) &capi_##name,
 const CaiCApi g_table = {
-    CAI_CAPI_VERSION,
-    sizeof(CaiCApi),
+    CAI_CAPI_VERSION, sizeof(CaiCApi),
     CAI_CAPI_STR(CAI_VERSION_MAJOR) "." CAI_CAPI_STR(CAI_VERSION_MINOR) "." CAI_CAPI_STR(
         CAI_VERSION_PATCH),
-    &capi_import_array,
-    &capi_retain_array,
-    &capi_release_array,
-    &capi_array_to_python,
-    &capi_array_device,
-    &capi_new_array,
-    &capi_wrap_memory,
-    &capi_read_stream,
-    &capi_order_begin,
-    &capi_order_end,
-    &capi_backend_kind,
-    &capi_current_device,
-    &capi_enqueue_host_task,
-    &capi_set_error,
-};
+    CAI_CAPI_SLOTS(CAI_CAPI_FILL)};
+#undef CAI_CAPI_FILL
+
+// The slots follow the header fields in list order, one pointer each: the ABI that modules
+// built by other compilers rely on (tests/python/test_capi_layout.py checks it from there).
+constexpr std::size_t kFirstSlot = offsetof(CaiCApi, import_array);
+static_assert(kFirstSlot == 2 * sizeof(std::uint32_t) + sizeof(const char*));
+#define CAI_CAPI_INDEX(ret, name, params, since) slot_##name,
+enum SlotIndex : std::size_t { CAI_CAPI_SLOTS(CAI_CAPI_INDEX) slot_count };
+#undef CAI_CAPI_INDEX
+#define CAI_CAPI_OFFSET(ret, name, params, since)                                \
+  static_assert(offsetof(CaiCApi, name) == kFirstSlot + slot_##name * sizeof(void*), \
+                "capi.h: slot " #name " is not where the slot list puts it");
+CAI_CAPI_SLOTS(CAI_CAPI_OFFSET)
+#undef CAI_CAPI_OFFSET
+static_assert(sizeof(CaiCApi) == kFirstSlot + slot_count * sizeof(void*));
 
 }  // namespace
 
