@@ -67,6 +67,11 @@ class SimDriver {
   /// Counts a call of entry `index` (driver entries, then the simulator's) and returns the
   /// error injected for it, if any (the trampolines call it first).
   CUresult enter(std::size_t index) noexcept;
+  /// Whether calls are timed (caiSimTimeCalls), and the time of one call of entry `index`.
+  bool timing() const noexcept { return timing_.load(std::memory_order_relaxed); }
+  void add_time(std::size_t index, std::uint64_t ns) noexcept {
+    times_[index].fetch_add(ns, std::memory_order_relaxed);
+  }
 
   /// The slot of this instance in the trampoline tables.
   int slot() const noexcept {
@@ -276,6 +281,8 @@ class SimDriver {
   std::atomic<bool> initialized_{false};
   // Calls and injected errors, by entry index (driver entries, then the simulator's).
   std::unique_ptr<std::atomic<std::uint64_t>[]> calls_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> times_;  // ns inside each entry, when timing_
+  std::atomic<bool> timing_{false};
   struct Injection {
     CUresult result = CUDA_SUCCESS;
     unsigned skip = 0, times = 0;
