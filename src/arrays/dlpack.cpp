@@ -193,18 +193,21 @@ View from_dlpack(DLManagedTensor* t, std::shared_ptr<const void> keep,
 }
 
 void fill_dltensor(const View& v, const Dims& element_strides, DLTensor& out) {
-  fill_dltensor(v.ptr(), v.dtype(), v.shape(), element_strides, dlpack_device(v), out,
-                "__dlpack__()");
+  fill_dltensor(v.ptr(), dlpack_dtype(v.dtype(), "__dlpack__()"), v.shape(), element_strides,
+                dlpack_device(v), out);
 }
 
-void fill_dltensor(std::uint64_t ptr, const DType& dtype, std::span<const std::int64_t> shape,
-                   const Dims& element_strides, DLDevice device, DLTensor& out,
-                   const char* entry) {
+DLDataType dlpack_dtype(const DType& dtype, const char* entry) {
   try {
-    out.dtype = dtype.to_dlpack();
+    return dtype.to_dlpack();
   } catch (const Error& e) {
     throw_error(Errc::buffer_error, std::string(entry) + ": " + e.what());
   }
+}
+
+void fill_dltensor(std::uint64_t ptr, DLDataType dtype, std::span<const std::int64_t> shape,
+                   const Dims& element_strides, DLDevice device, DLTensor& out) noexcept {
+  out.dtype = dtype;
   out.data = reinterpret_cast<void*>(ptr);
   out.device = device;
   out.ndim = static_cast<std::int32_t>(shape.size());

@@ -1,6 +1,7 @@
 #include "cai/core/layout.h"
 
 #include <algorithm>
+#include <bit>
 #include <array>
 #include <limits>
 #include <string>
@@ -135,10 +136,14 @@ std::optional<std::int64_t> Layout::checked_nbytes(std::span<const std::int64_t>
 
 bool Layout::try_element_strides(std::int64_t* out) const noexcept {
   if (itemsize_ == 0) return false;
+  // Item sizes are mostly powers of two: a shift then, not a division per axis.
+  const bool pow2 = (itemsize_ & (itemsize_ - 1)) == 0;
+  const int shift = std::countr_zero(static_cast<std::uint64_t>(itemsize_));
   std::int64_t row_major = 1;  // the C-contiguous element stride of axis i (zero dims count 1)
   for (std::size_t i = strides_.size(); i-- > 0;) {
-    if (strides_[i] % itemsize_ == 0) {
-      out[i] = strides_[i] / itemsize_;
+    const bool divisible = pow2 ? (strides_[i] & (itemsize_ - 1)) == 0 : strides_[i] % itemsize_ == 0;
+    if (divisible) {
+      out[i] = pow2 ? strides_[i] >> shift : strides_[i] / itemsize_;
     } else if (size_ == 0 || shape_[i] <= 1) {
       out[i] = row_major;  // no address depends on this stride
     } else {

@@ -323,21 +323,25 @@ bool SyncState::busy(device::Backend& backend) const {
 // StreamOrder.
 
 void StreamOrder::add(SyncState& state) {
-  if (std::find(states_.begin(), states_.end(), &state) != states_.end()) return;
+  if (states_.any_of([&](SyncState* s) { return s == &state; })) return;
+  // The producer's stream by handle and thread only: its owner is the state's to keep.
   std::optional<StreamRef> producer;
   std::shared_ptr<ImportEvent> ev;
   {
     std::lock_guard lock(state.mutex_);
-    producer = state.stream_;
-    ev = state.event_;
+    if (state.stream_) {
+      producer.emplace();
+      producer->handle = state.stream_->handle;
+      producer->thread = state.stream_->thread;
+    }
+    if (state.event_) ev = state.event_;
   }
   if (ev) {
     // Work on the producer's own stream needs no wait (the stream is alive: it is used).
     if (ev->producer() != work_.handle) wait_for_event(backend_, work_.handle, ev->event());
   } else if (producer && !producer->same_stream(work_)) {
     // Several arrays often share one stream: wait for it once.
-    const bool seen = std::any_of(waited_.begin(), waited_.end(),
-                                  [&](const StreamRef& s) { return s.same_stream(*producer); });
+    const bool seen = waited_.any_of([&](const StreamRef& s) { return s.same_stream(*producer); });
     if (!seen) {
       wait_for(backend_, *producer, work_);
       waited_.push_back(*producer);
@@ -347,10 +351,11 @@ void StreamOrder::add(SyncState& state) {
 }
 
 void StreamOrder::finish() {
-  std::vector<StreamRef> done;
+  detail::SmallVector<StreamRef, 4> done;  // by handle and thread
   EventHandle ev = 0;
   bool legacy_waited = false;
-  for (SyncState* state : states_) {
+  for (std::size_t i = 0; i < states_.size(); ++i) {
+    SyncState* state = states_[i];
     std::lock_guard lock(state->mutex_);
     state->mark_work();
     const bool unnamed = state->event_ ? state->event_->producer() != work_.handle
@@ -376,10 +381,11 @@ void StreamOrder::finish() {
       state->unnamed_producer_ = false;
       continue;
     }
-    const StreamRef producer = *state->stream_;
+    StreamRef producer;
+    producer.handle = state->stream_->handle;
+    producer.thread = state->stream_->thread;
     if (producer.same_stream(work_) ||
-        std::any_of(done.begin(), done.end(),
-                    [&](const StreamRef& s) { return s.same_stream(producer); }))
+        done.any_of([&](const StreamRef& s) { return s.same_stream(producer); }))
       continue;
     const StreamHandle target = reachable(producer);
     if (target == kLegacyDefaultStream && work_.handle == kLegacyDefaultStream) continue;

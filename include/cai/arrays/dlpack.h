@@ -56,9 +56,10 @@ View from_dlpack(DLManagedTensor* t, std::shared_ptr<const void> keep = nullptr,
 /// Fills a DLTensor that borrows `v`'s shape and `element_strides` (which the caller keeps
 /// alive), for the no-copy dltensor_from_py_object path.
 void fill_dltensor(const View& v, const Dims& element_strides, DLTensor& out);
-/// The same from an array's parts, its device known. Throws Error(buffer_error) "<entry>: ..."
-/// for a dtype DLPack cannot name.
-void fill_dltensor(std::uint64_t ptr, const DType& dtype, std::span<const std::int64_t> shape,
-                   const Dims& element_strides, DLDevice device, DLTensor& out, const char* entry);
+/// The same from an array's parts, its device and DLPack type known.
+void fill_dltensor(std::uint64_t ptr, DLDataType dtype, std::span<const std::int64_t> shape,
+                   const Dims& element_strides, DLDevice device, DLTensor& out) noexcept;
+/// The DLPack type of `dtype`, or Error(buffer_error) "<entry>: ..." when DLPack cannot name it.
+DLDataType dlpack_dtype(const DType& dtype, const char* entry);
 
 }  // namespace cai

@@ -23,6 +23,7 @@
 //     producer's) waits for it, which orders the producer's later work when its stream is
 //     blocking. The data adopts the work stream.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -185,6 +186,40 @@ class SyncState {
   bool unnamed_producer_ = false;        // imported_without_stream(), until the first work
 };
 
+namespace detail {
+/// Up to N values in place, more on the heap: an order touches a few arrays, and allocating
+/// per operation would cost more than the ordering.
+template <class T, std::size_t N>
+class SmallVector {
+ public:
+  void push_back(T v) {
+    if (n_ < N)
+      inline_[n_] = std::move(v);
+    else
+      heap_.push_back(std::move(v));
+    ++n_;
+  }
+  std::size_t size() const noexcept { return n_; }
+  T& operator[](std::size_t i) noexcept { return i < N ? inline_[i] : heap_[i - N]; }
+  const T& operator[](std::size_t i) const noexcept { return i < N ? inline_[i] : heap_[i - N]; }
+  template <class F>
+  bool any_of(F&& f) const {
+    for (std::size_t i = 0; i < n_; ++i)
+      if (f((*this)[i])) return true;
+    return false;
+  }
+  void clear() noexcept {
+    n_ = 0;
+    heap_.clear();
+  }
+
+ private:
+  std::array<T, N> inline_{};
+  std::size_t n_ = 0;
+  std::vector<T> heap_;
+};
+}  // namespace detail
+
 /// Orders one piece of stream work against the data it touches.
 /// Usage: StreamOrder order(backend, work); order.add(a_state); order.add(b_state);
 ///        ... enqueue the work on work.handle ...; order.finish();
@@ -210,8 +245,8 @@ class StreamOrder {
  private:
   device::Backend& backend_;
   StreamRef work_;
-  std::vector<SyncState*> states_;
-  std::vector<StreamRef> waited_;  // producer streams waited for already
+  detail::SmallVector<SyncState*, 8> states_;
+  detail::SmallVector<StreamRef, 4> waited_;  // producer streams waited for (without owners)
 };
 
 /// Makes `waiter` wait for all work queued so far on `producer` (record + wait, no host block).
