@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bindings.h"
 #include "cai/arrays/devices.h"
@@ -217,19 +219,33 @@ const DLDevice& PyArray::device() {
   return *device_;
 }
 
-const char* PyArray::typestr() {
-  if (typestr_[0] == '\0') {
-    const std::string s = dtype_.str();
-    const std::size_t n = std::min(s.size(), sizeof typestr_ - 1);
-    std::memcpy(typestr_, s.data(), n);
-    typestr_[n] = '\0';
+const PyArray::CType& PyArray::c_type() {
+  if (c_type_) return *c_type_;
+  // One per distinct dtype, kept for the process (with the GIL): arrays of the same dtype,
+  // imported again and again, build nothing.
+  static auto* known = new std::vector<std::pair<DType, std::unique_ptr<const CType>>>;
+  for (const auto& [t, c] : *known)
+    if (t == dtype_) return *(c_type_ = c.get());
+  auto c = std::make_unique<CType>();
+  if (dtype_.is_native() && !dtype_.is_structured()) {
+    try {
+      c->dtype = dtype_.to_dlpack();
+    } catch (const Error&) {
+      // No DLPack type (strings, datetimes): lanes 0 says so; the typestr names it.
+    }
   }
-  return typestr_;
+  const std::string s = dtype_.str();
+  const std::size_t n = std::min(s.size(), sizeof c->typestr - 1);
+  std::memcpy(c->typestr, s.data(), n);
+  c_type_ = c.get();
+  known->emplace_back(dtype_, std::move(c));
+  return *c_type_;
 }
 
 int PyArray::traverse(visitproc visit, void* arg) const {
   Py_VISIT(np_dtype.ptr());
   Py_VISIT(cai_fixed.ptr());
+  Py_VISIT(dl_device.ptr());
   Py_VISIT(owner_.python_object());
   return view_ ? visit_owners(*view_, visit, arg) : 0;
 }

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "cai/arrays/view.h"
+#include "cai/capi.h"
 #include "cai/core/dlpack.h"
 #include "cai/core/interface.h"
 #include "config.h"
@@ -113,16 +114,28 @@ class PyArray {
   std::optional<device::StreamHandle> export_stream();
   /// The DLPack device of the memory, asked of the driver once.
   const DLDevice& device();
-  /// NumPy's dtype.str, built once (for the C API's CaiArrayInfo).
-  const char* typestr();
+  /// The element type as the C API gives it (CaiArrayInfo): the DLPack type (lanes 0 when
+  /// DLPack has none) and NumPy's dtype.str; one per distinct dtype of the process.
+  struct CType {
+    DLDataType dtype{0, 0, 0};
+    char typestr[24] = {};
+  };
+  const CType& c_type();
 
   /// Visits what the garbage collector must see through the array (tp_traverse).
   int traverse(visitproc visit, void* arg) const;
 
   nb::object np_dtype;   ///< numpy.dtype, built on first use
   nb::object cai_fixed;  ///< the immutable entries of __cuda_array_interface__, on first use
+  nb::object dl_device;  ///< the tuple __dlpack_device__ returns, on first use
   /// Element strides for DLTensors that borrow from this array (built on first use).
   std::unique_ptr<const Dims> element_strides;
+  /// The C API's typed-view request this array last fitted, and its element strides.
+  struct Fit {
+    CaiArrayRequest request;
+    Dims element_strides;
+  };
+  std::optional<Fit> fit;
 
  private:
   std::uint64_t ptr_ = 0;
@@ -133,7 +146,7 @@ class PyArray {
   ImportOwner owner_;      ///< an import's owner, until view_ holds it
   ImportStream stream_;     ///< an import's stream, until view_ holds it
   std::optional<DLDevice> device_;
-  char typestr_[24] = {};
+  const CType* c_type_ = nullptr;
 };
 
 /// Wraps a View in a new cai.DeviceNDArray.

@@ -31,6 +31,7 @@
 #include "cai/arrays/ops.h"
 #include "cai/core/error.h"
 #include "errors.h"
+#include "fastcall.h"
 #include "streams.h"
 
 namespace cai::python {
@@ -75,13 +76,14 @@ const Names& names() {
 // ----- producer ------------------------------------------------------------------------------
 
 // An unconsumed capsule still owns its tensor. Runs with the GIL, possibly during exception
-// handling: the error indicator is saved around the deleter then.
+// handling: the error indicator is saved around the deleter then. A consumer renames the
+// capsule, so the name pointer tells (no string compared); the tensor is also the context.
 template <class Managed>
 void capsule_destructor(PyObject* capsule) {
   constexpr const char* name =
       std::is_same_v<Managed, DLManagedTensorVersioned> ? kVersioned : kLegacy;
-  if (!PyCapsule_IsValid(capsule, name)) return;  // consumed
-  auto* t = static_cast<Managed*>(PyCapsule_GetPointer(capsule, name));
+  if (PyCapsule_GetName(capsule) != name) return;  // consumed
+  auto* t = static_cast<Managed*>(PyCapsule_GetContext(capsule));
   if (!t || !t->deleter) return;
   if (!PyErr_Occurred()) {
     t->deleter(t);
@@ -97,7 +99,8 @@ template <class Managed>
 nb::object make_capsule(Managed* t) {
   constexpr bool versioned = std::is_same_v<Managed, DLManagedTensorVersioned>;
   PyObject* cap = PyCapsule_New(t, versioned ? kVersioned : kLegacy, &capsule_destructor<Managed>);
-  if (!cap) {
+  if (!cap || PyCapsule_SetContext(cap, t) != 0) {
+    Py_XDECREF(cap);  // its destructor finds no context: the tensor is deleted here
     t->deleter(t);
     throw nb::python_error();
   }
@@ -140,14 +143,20 @@ const Dims& element_strides_of(PyArray& a, const char* entry) {
   return *a.element_strides;
 }
 
+// The array's DLPack type: the C API's cached one, else the core's answer (or its error).
+DLDataType dlpack_dtype_of(PyArray& a, const char* entry) {
+  const DLDataType known = a.c_type().dtype;  // lanes 0: DLPack has none
+  return known.lanes != 0 ? known : dlpack_dtype(a.dtype(), entry);
+}
+
 template <class Managed>
 Managed* borrow_export(PyArray& a, nb::handle obj, std::uint64_t flags, const char* entry) {
   auto* e = static_cast<BorrowedExport<Managed>*>(PyMem_Malloc(sizeof(BorrowedExport<Managed>)));
   if (!e) throw std::bad_alloc();
   new (e) BorrowedExport<Managed>();
   try {
-    fill_dltensor(a.ptr(), a.dtype(), a.shape(), element_strides_of(a, entry), a.device(),
-                  e->managed.dl_tensor, entry);
+    fill_dltensor(a.ptr(), dlpack_dtype_of(a, entry), a.shape(), element_strides_of(a, entry),
+                  a.device(), e->managed.dl_tensor);
   } catch (...) {
     PyMem_Free(e);
     throw;
@@ -288,39 +297,31 @@ nb::object dlpack_export(PyArray& self, nb::handle obj, const ExportArgs& args) 
   return make_capsule(to_dlpack_legacy(out, &out_device));
 }
 
-// a.__dlpack__(*, stream, max_version, dl_device, copy), as a vectorcall method.
-PyObject* dlpack_method(PyObject* self, PyObject* const* args, std::size_t nargsf,
+// a.__dlpack__(*, stream, max_version, dl_device, copy), as a plain C method (fastcall.h).
+PyObject* dlpack_method(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                         PyObject* kwnames) noexcept {
-  PyObject* result = nullptr;
-  guarded([&] {
+  return fastcall([&] {
     PyArray* a = as_py_array(self, "__dlpack__()");
     if (!a) throw_error(Errc::type_error, "__dlpack__(): expected a cai.DeviceNDArray");
-    if (PyVectorcall_NARGS(nargsf) != 0)
-      throw_error(Errc::type_error, "__dlpack__(): takes keyword arguments only");
-    ExportArgs in;
     const Names& n = names();
-    const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t i = 0; i < nkw; ++i) {
-      PyObject* key = PyTuple_GET_ITEM(kwnames, i);
-      nb::handle value = args[i];
-      const auto is = [&](PyObject* name) {
-        return key == name || PyUnicode_Compare(key, name) == 0;
-      };
-      if (is(n.stream))
-        in.stream = value;
-      else if (is(n.max_version))
-        in.max_version = value;
-      else if (is(n.dl_device))
-        in.dl_device = value;
-      else if (is(n.copy))
-        in.copy = value;
-      else
-        throw_error(Errc::type_error,
-                    "__dlpack__(): unexpected keyword argument " + short_repr(key));
-    }
-    result = dlpack_export(*a, self, in).release().ptr();
+    const std::array<PyObject*, 4> keys = {n.stream, n.max_version, n.dl_device, n.copy};
+    std::array<PyObject*, 4> in = {Py_None, Py_None, Py_None, Py_None};
+    read_args("__dlpack__()", args, static_cast<std::size_t>(nargs), kwnames, keys, 0, 0, in);
+    return dlpack_export(*a, self, {in[0], in[1], in[2], in[3]});
   });
-  return result;
+}
+
+// a.__dlpack_device__(): (device type, device id), a tuple built once per array.
+PyObject* dlpack_device_method(PyObject* self, PyObject*) noexcept {
+  return fastcall([&] {
+    PyArray* a = as_py_array(self, "__dlpack_device__()");
+    if (!a) throw_error(Errc::type_error, "__dlpack_device__(): expected a cai.DeviceNDArray");
+    if (!a->dl_device.is_valid()) {
+      const DLDevice& d = a->device();
+      a->dl_device = nb::make_tuple(static_cast<int>(d.device_type), d.device_id);
+    }
+    return a->dl_device;
+  });
 }
 
 // ----- our C exchange API table --------------------------------------------------------------
@@ -370,8 +371,9 @@ int api_dltensor_from_py_object(void* py_object, DLTensor* out) {
   return guarded([&] {
     PyArray& a = exchanged(py_object);
     if (!a.readonly()) note_write();
-    fill_dltensor(a.ptr(), a.dtype(), a.shape(), element_strides_of(a, "dlpack exchange API"),
-                  a.device(), *out, "dlpack exchange API");
+    constexpr const char* entry = "dlpack exchange API";
+    fill_dltensor(a.ptr(), dlpack_dtype_of(a, entry), a.shape(), element_strides_of(a, entry),
+                  a.device(), *out);
   });
 }
 
@@ -644,6 +646,31 @@ nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, co
                             target_device));
 }
 
+namespace {
+
+nb::object from_dlpack_call(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  constexpr const char* entry = "from_dlpack()";
+  static const std::array<PyObject*, 3> keys = {PyUnicode_InternFromString("obj"),
+                                                PyUnicode_InternFromString("device"),
+                                                names().copy};
+  std::array<PyObject*, 3> in = {nullptr, Py_None, Py_None};
+  read_args(entry, args, static_cast<std::size_t>(nargs), kwnames, keys, 1, 1, in);
+  nb::handle obj = in[0], device = in[1];
+  std::optional<bool> copy;
+  if (in[2] != Py_None) copy = read_bool(in[2], entry, "copy");
+  PyArray* ours = as_py_array(obj, entry);
+  if (device.is_none()) {
+    if (ours && copy != true) return nb::borrow(obj);
+    return import_dlpack(obj, copy, true, entry);
+  }
+  const int target = device_number(device);
+  if (!ours) return import_dlpack(obj, copy, true, entry, target);
+  auto moved = onto_device(ours->view(), ours->device().device_type, target, copy);
+  return moved ? wrap(std::move(*moved), ours->np_dtype) : nb::borrow(obj);
+}
+
+}  // namespace
+
 void bind_dlpack(nb::module_& m) {
   nb::handle cls = nb::type<PyArray>();
   static PyMethodDef dlpack_def = {
@@ -656,33 +683,31 @@ void bind_dlpack(nb::module_& m) {
       PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &dlpack_def));
   if (!method.is_valid()) throw nb::python_error();
   cls.attr("__dlpack__") = method;
-  cls.attr("__dlpack_device__") = nb::cpp_function(
-      [](PyArray& self) {
-        const DLDevice& d = self.device();
-        return nb::make_tuple(static_cast<int>(d.device_type), d.device_id);
-      },
-      nb::is_method(), nb::scope(cls), nb::name("__dlpack_device__"));
+  static PyMethodDef dlpack_device_def = {"__dlpack_device__", &dlpack_device_method,
+                                          METH_NOARGS,
+                                          "__dlpack_device__($self, /)\n--\n\n"
+                                          "(device type, device id) of the array's memory."};
+  cls.attr("__dlpack_device__") = nb::steal(
+      PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &dlpack_device_def));
   // Static, alive for the whole process, as the exchange API requires.
   cls.attr("__dlpack_c_exchange_api__") = nb::steal(PyCapsule_New(
       const_cast<DLPackExchangeAPI*>(&g_exchange_api), "dlpack_exchange_api", nullptr));
 
-  m.def("from_dlpack", exit_safe([](nb::handle obj, nb::handle device, std::optional<bool> copy) {
-          PyArray* ours = as_py_array(obj, "from_dlpack()");
-          if (device.is_none()) {
-            if (ours && copy != true) return nb::borrow(obj);
-            return import_dlpack(obj, copy, true, "from_dlpack()");
-          }
-          const int target = device_number(device);
-          if (!ours) return import_dlpack(obj, copy, true, "from_dlpack()", target);
-          auto moved = onto_device(ours->view(), ours->device().device_type, target, copy);
-          return moved ? wrap(std::move(*moved), ours->np_dtype) : nb::borrow(obj);
-        }),
-        nb::arg("obj").none(), nb::kw_only(), nb::arg("device").none() = nb::none(),
-        nb::arg("copy") = nb::none(),
-        "A DeviceNDArray from any DLPack producer (no copy). CPU tensors are copied to the "
-        "device only with copy=True or a device. With `device` (a cai.Device or a number), the "
-        "array is on that device: copied there when it is elsewhere (a BufferError with "
-        "copy=False). The producer's work is ordered before cai's with events.");
+  // from_dlpack(obj, *, device=None, copy=None), the hot path: a plain C function (fastcall.h).
+  static PyMethodDef from_dlpack_def = {
+      "from_dlpack",
+      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+          +[](PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+            return fastcall([&] { return from_dlpack_call(args, nargs, kwnames); });
+          })),
+      METH_FASTCALL | METH_KEYWORDS,
+      "from_dlpack(obj, *, device=None, copy=None)\n--\n\n"
+      "A DeviceNDArray from any DLPack producer (no copy). CPU tensors are copied to the "
+      "device only with copy=True or a device. With `device` (a cai.Device or a number), the "
+      "array is on that device: copied there when it is elsewhere (a BufferError with "
+      "copy=False). The producer's work is ordered before cai's with events."};
+  m.attr("from_dlpack") =
+      nb::steal(PyCFunction_NewEx(&from_dlpack_def, nullptr, m.attr("__name__").ptr()));
 }
 
 }  // namespace cai::python

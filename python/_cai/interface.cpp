@@ -28,6 +28,7 @@
 
 #include "cai/core/error.h"
 #include "dlpack.h"
+#include "fastcall.h"
 #include "streams.h"
 
 namespace cai::python {
@@ -594,13 +595,27 @@ void bind_interface(nb::module_& m) {
   auto cls = nb::borrow<nb::class_<PyArray>>(m.attr("DeviceNDArray"));
   cls.def_prop_ro("__cuda_array_interface__",
                   exit_safe([](PyArray& a) { return export_interface(a); }));
-  m.def("as_cuda_array", exit_safe([](nb::handle obj, bool sync) {
-          return import_array(obj, sync, "as_cuda_array()");
-        }),
-        nb::arg("obj").none(), nb::arg("sync") = true,
-        "A DeviceNDArray viewing any object with __cuda_array_interface__ (no copy); keeps `obj` "
-        "alive. With sync (and cai.config.CUDA_ARRAY_INTERFACE_SYNC), the producer's stream "
-        "becomes the array's stream and later work is ordered after it with events.");
+  // as_cuda_array(obj, sync=True), the hot path: a plain C function (fastcall.h).
+  static PyMethodDef as_cuda_array_def = {
+      "as_cuda_array",
+      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+          +[](PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+            return fastcall([&] {
+              static const std::array<PyObject*, 2> names = {PyUnicode_InternFromString("obj"),
+                                                             PyUnicode_InternFromString("sync")};
+              std::array<PyObject*, 2> in = {nullptr, Py_True};
+              constexpr const char* entry = "as_cuda_array()";
+              read_args(entry, args, static_cast<std::size_t>(nargs), kwnames, names, 2, 1, in);
+              return import_array(in[0], read_bool(in[1], entry, "sync"), entry);
+            });
+          })),
+      METH_FASTCALL | METH_KEYWORDS,
+      "as_cuda_array(obj, sync=True)\n--\n\n"
+      "A DeviceNDArray viewing any object with __cuda_array_interface__ (no copy); keeps `obj` "
+      "alive. With sync (and cai.config.CUDA_ARRAY_INTERFACE_SYNC), the producer's stream "
+      "becomes the array's stream and later work is ordered after it with events."};
+  m.attr("as_cuda_array") =
+      nb::steal(PyCFunction_NewEx(&as_cuda_array_def, nullptr, m.attr("__name__").ptr()));
   m.def("from_cuda_array_interface", exit_safe([](nb::handle desc, nb::handle owner, bool sync) {
           return import_interface(desc, owner, sync, "from_cuda_array_interface()");
         }),
