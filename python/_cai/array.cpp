@@ -121,17 +121,19 @@ ImportOwner& ImportOwner::operator=(ImportOwner&& o) noexcept {
 }
 
 void ImportOwner::reset() noexcept {
+  // A member of a DeviceNDArray, released with the GIL held (its deallocation, or a cleared
+  // cycle): the deleters run as they are; after shutdown everything is leaked.
   void* p = std::exchange(p_, nullptr);
-  if (!p) return;
+  if (!p || !nb::is_alive()) return;
   switch (kind_) {
     case Kind::python:
-      if (nb::is_alive()) Py_DECREF(static_cast<PyObject*>(p));  // with the GIL: a member
+      Py_DECREF(static_cast<PyObject*>(p));
       break;
     case Kind::versioned:
-      release_with_gil(static_cast<DLManagedTensorVersioned*>(p));
+      if (auto* t = static_cast<DLManagedTensorVersioned*>(p); t->deleter) t->deleter(t);
       break;
     case Kind::legacy:
-      release_with_gil(static_cast<DLManagedTensor*>(p));
+      if (auto* t = static_cast<DLManagedTensor*>(p); t->deleter) t->deleter(t);
       break;
     case Kind::none:
       break;
@@ -166,19 +168,19 @@ std::shared_ptr<const void> ImportOwner::share() {
 PyArray::PyArray(View view, nb::object dtype)
     : np_dtype(std::move(dtype)),
       ptr_(view.ptr()),
-      dtype_(view.dtype()),
-      layout_(view.layout()),
       readonly_(view.readonly()),
+      layout_(view.layout()),
+      dtype_(view.dtype()),
       view_(with_own_python_owner(std::move(view))) {}
 
 PyArray::PyArray(std::uint64_t ptr, DType&& dtype, Layout&& layout, bool readonly,
                  ImportOwner&& owner, ImportStream&& stream) noexcept
     : ptr_(ptr),
-      dtype_(std::move(dtype)),
-      layout_(std::move(layout)),
       readonly_(readonly),
-      owner_(std::move(owner)),
-      stream_(std::move(stream)) {}
+      layout_(std::move(layout)),
+      dtype_(std::move(dtype)),
+      stream_(std::move(stream)),
+      owner_(std::move(owner)) {}
 
 const View& PyArray::view() {
   if (!view_) {

@@ -138,15 +138,17 @@ class PyArray {
   std::optional<Fit> fit;
 
  private:
+  // What every call reads comes first (a few cache lines); the View, built for operations,
+  // last.
   std::uint64_t ptr_ = 0;
-  DType dtype_;
-  Layout layout_;
   bool readonly_ = false;
-  std::optional<View> view_;
-  ImportOwner owner_;      ///< an import's owner, until view_ holds it
-  ImportStream stream_;     ///< an import's stream, until view_ holds it
-  std::optional<DLDevice> device_;
   const CType* c_type_ = nullptr;
+  Layout layout_;
+  DType dtype_;
+  ImportStream stream_;  ///< an import's stream, until view_ holds it
+  ImportOwner owner_;    ///< an import's owner, until view_ holds it
+  std::optional<DLDevice> device_;
+  std::optional<View> view_;
 };
 
 /// Wraps a View in a new cai.DeviceNDArray.

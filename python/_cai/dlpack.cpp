@@ -153,7 +153,7 @@ template <class Managed>
 Managed* borrow_export(PyArray& a, nb::handle obj, std::uint64_t flags, const char* entry) {
   auto* e = static_cast<BorrowedExport<Managed>*>(PyMem_Malloc(sizeof(BorrowedExport<Managed>)));
   if (!e) throw std::bad_alloc();
-  new (e) BorrowedExport<Managed>();
+  // Every field is set below: no zero-filling of the whole struct first.
   try {
     fill_dltensor(a.ptr(), dlpack_dtype_of(a, entry), a.shape(), element_strides_of(a, entry),
                   a.device(), e->managed.dl_tensor);
@@ -165,6 +165,7 @@ Managed* borrow_export(PyArray& a, nb::handle obj, std::uint64_t flags, const ch
     e->managed.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
     e->managed.flags = flags | (a.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
   }
+  static_assert(std::is_trivially_copyable_v<BorrowedExport<Managed>>);
   e->managed.manager_ctx = e;
   e->managed.deleter = &delete_borrowed<Managed>;
   e->array = Py_NewRef(obj.ptr());

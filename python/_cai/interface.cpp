@@ -119,9 +119,10 @@ bool read_int(PyObject* o, std::int64_t& out) {
 bool read_int_tuple(PyObject* t, Dims& out) {
   const Py_ssize_t n = PyTuple_GET_SIZE(t);
   if (n > max_ndim) return false;
-  out.resize(static_cast<std::size_t>(n));
+  std::int64_t values[max_ndim];
   for (Py_ssize_t i = 0; i < n; ++i)
-    if (!read_int(PyTuple_GET_ITEM(t, i), out[static_cast<std::size_t>(i)])) return false;
+    if (!read_int(PyTuple_GET_ITEM(t, i), values[i])) return false;
+  out.assign(std::span<const std::int64_t>(values, static_cast<std::size_t>(n)));
   return true;
 }
 

@@ -95,6 +95,11 @@ Layout::Layout(Dims shape, Dims byte_strides, std::int64_t itemsize)
   }
 }
 
+Layout::Layout(Dims shape, Dims byte_strides, std::int64_t itemsize, Checked) noexcept
+    : shape_(std::move(shape)), strides_(std::move(byte_strides)), itemsize_(itemsize) {
+  for (const std::int64_t n : shape_) size_ *= n;  // cannot overflow: checked by the caller
+}
+
 Dims Layout::c_strides(std::span<const std::int64_t> shape, std::int64_t itemsize) {
   Dims strides(shape.size());
   std::int64_t step = itemsize;

@@ -10,6 +10,10 @@
 
 namespace cai {
 
+struct Interface;
+struct InterfaceFields;
+struct TypestrOptions;
+
 /// One item of a NumPy basic index: an integer, a slice, `None` (newaxis) or `...`.
 struct IndexItem {
   enum class Kind : std::uint8_t { integer, slice, newaxis, ellipsis };
@@ -128,6 +132,12 @@ class Layout {
   friend bool operator==(const Layout&, const Layout&) = default;
 
  private:
+  // validate_interface checks every part of the invariant itself (with the CAI's messages):
+  // its layouts skip the second check.
+  friend Interface validate_interface(const InterfaceFields&, TypestrOptions);
+  struct Checked {};
+  Layout(Dims shape, Dims byte_strides, std::int64_t itemsize, Checked) noexcept;
+
   Dims shape_;
   Dims strides_;
   std::int64_t itemsize_ = 0;
