@@ -87,7 +87,7 @@ Stats stats(Backend& b);
 std::map<std::string, std::uint64_t> driver_calls(Backend& b);
 void reset_driver_calls(Backend& b);
 /// With timing on, the nanoseconds spent inside each driver entry point since the last reset
-/// (wall time of the calling threads; two clock reads per call while on): what the driver
+/// (the monotonic clock; two reads per call while on): what the driver
 /// itself costs, apart from the layers above it (bench/interop.py).
 void time_driver_calls(Backend& b, bool on);
 std::map<std::string, std::uint64_t> driver_call_ns(Backend& b);

@@ -59,7 +59,7 @@ struct Trampoline<CUresult (SimDriver::*)(A...)> {
     if (Index != k_caiSimGetErrorDetail) t_detail.clear();
     if (const CUresult r = d->enter(Index); r != CUDA_SUCCESS) return r;
     try {
-      if (d->timing()) {  // the time of the driver alone, for benchmarks (caiSimTimeCalls)
+      if (d->timing()) {  // the driver's own time, for benchmarks (caiSimTimeCalls)
         const auto start = std::chrono::steady_clock::now();
         const CUresult r = (d->*M)(a...);
         d->add_time(Index, static_cast<std::uint64_t>(
