@@ -36,6 +36,7 @@
 #include "cai/core/interface.h"
 #include "cai/core/layout.h"
 #include "cai/device/backend.h"
+#include "cai/device/simulator.h"
 #include "cai/sync/ordering.h"
 
 #if __has_include("cai/arrays/array_ref.h")
@@ -333,9 +334,11 @@ void device_copy(benchmark::State& state, CopyKind kind) {
 
 void memcpy_baseline(benchmark::State& state) {
   CopyBuffers& c = buffers();
-  // The simulator's memory is host memory: copy between the very same two buffers.
-  void* dst = c.sim ? reinterpret_cast<void*>(c.a.ptr()) : c.host_a.data();
-  const void* src = c.sim ? reinterpret_cast<const void*>(c.b.ptr()) : c.host_b.data();
+  // The simulator's memory is host memory behind a private alias (its device addresses are
+  // not readable by the host): copy between the very same two buffers there.
+  auto& backend = cai::device::backend();
+  void* dst = c.sim ? cai::device::sim::host_address(backend, c.a.ptr()) : c.host_a.data();
+  const void* src = c.sim ? cai::device::sim::host_address(backend, c.b.ptr()) : c.host_b.data();
   for (auto _ : state) {
     std::memcpy(dst, src, c.bytes);
     benchmark::ClobberMemory();

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-call cost of every exchange cai takes part in, against its NumPy peers, in ONE run.
+"""Per-call cost of every exchange cai takes part in, against its peers and its floor, in ONE run.
 
 Each measurement is a statement timed with timeit (the GC off during a timing, as timeit does)
 on the CPU-time clock of the calling thread (--clock wall for time.perf_counter): every call
@@ -16,8 +16,14 @@ is changed: cai runs on the backend it picks (the simulator on a machine without
     .venv/bin/python bench/interop.py --quick               # smoke run (tiny counts)
     .venv/bin/python bench/interop.py --build-caster        # build bench/caster_ext first
 
-The caster rows need bench/caster_ext built (build/bench_caster, or --caster-dir); without it
-they say "not built".
+Each row has up to three numbers: cai; its floor, the same path done by the least a CPython
+extension can do (bench/floor_ext, a plain C module built with the benchmark: cai / floor says how
+far cai is from it); and a peer (NumPy, PyTorch on the CPU where installed: peer / cai above 1
+means cai is faster). The floor of cai.ops.add is the simulated driver's own time for the calls
+the operation makes (cai.sim.time_driver_calls), so that cai - floor is what the layers above the
+driver cost. The caster rows need bench/caster_ext built (build/bench_caster, or --caster-dir)
+and the floors bench/floor_ext (build/bench_floor, or --floor-dir); --build-caster builds both;
+without them the rows say "not built".
 
 --write-docs replaces only the part of docs/benchmarks.md between the GENERATED markers (the
 rest is hand-written analysis), and writes docs/benchmarks.svg, the bar chart as an SVG document
@@ -87,13 +93,14 @@ class Case:
 
 class Row:
     def __init__(self, key, label, cai_case=None, peer_label="", peer_case=None, note="",
-                 short=None):
+                 short=None, floor_case=None):
         self.key = key
         self.label = label
         self.short = short or label.split(":")[0]  # the chart's label
         self.cai = cai_case
         self.peer_label = peer_label
         self.peer = peer_case
+        self.floor = floor_case
         self.note = note  # shown instead of a number when a side is not measured
 
     @property
@@ -101,6 +108,36 @@ class Row:
         if self.cai and self.peer:
             return self.peer.median / self.cai.median
         return None
+
+    @property
+    def over_floor(self):
+        if self.cai and self.floor:
+            return self.cai.median / self.floor.median
+        return None
+
+
+class Fixed:
+    """A number computed rather than timed by timeit (the driver's share of cai.ops.add);
+    `compute` may also add to `extra` (name -> samples)."""
+
+    def __init__(self, stmt, compute):
+        self.stmt = stmt
+        self.compute = compute
+        self.samples: list[float] = []
+        self.extra: dict[str, list[float]] = {}
+
+    def check(self):
+        pass
+
+    def calibrate(self, min_time: float):
+        pass
+
+    def run_round(self):
+        self.samples.append(self.compute(self.extra))
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
 
 
 class Foreign:
@@ -123,6 +160,7 @@ class DLPackProducer:
 
 
 CASTER_DIR = os.path.join(ROOT, "build", "bench_caster")
+FLOOR_DIR = os.path.join(ROOT, "build", "bench_floor")
 PROBES_DIR = os.path.join(ROOT, "build", "ext")  # tests/ext, built by scripts/test.sh
 
 
@@ -138,8 +176,9 @@ def find_module(directory, name):
         return None
 
 
-def build_caster(directory):
-    """Configures and builds bench/caster_ext against the installed cai package."""
+def build_caster(directory, floor_directory=FLOOR_DIR):
+    """Configures and builds bench/caster_ext against the installed cai package, and the floor
+    module bench/floor_ext (plain C, no cai)."""
     src = os.path.join(ROOT, "bench", "caster_ext")
     cmake_dir = subprocess.run([sys.executable, "-m", "cai", "--cmake-dir"], check=True,
                                capture_output=True, text=True).stdout.strip()
@@ -147,6 +186,59 @@ def build_caster(directory):
                     f"-DPython_EXECUTABLE={sys.executable}"],
                    check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["cmake", "--build", directory], check=True, stdout=subprocess.DEVNULL)
+    src = os.path.join(ROOT, "bench", "floor_ext")
+    subprocess.run(["cmake", "-S", src, "-B", floor_directory, "-G", "Ninja",
+                    f"-DPython_EXECUTABLE={sys.executable}"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", floor_directory], check=True, stdout=subprocess.DEVNULL)
+
+
+def find_torch():
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - any failure means "not usable here"
+        return None
+    return torch
+
+
+def driver_share(ns, rounds_number=2000):
+    """ns per cai.ops.add(a, a, o) spent inside the simulated driver (the floor of that row).
+    The driver times its own calls on the monotonic clock (cai.sim.time_driver_calls: a thread
+    CPU clock is a system call, which would cost more than the calls it times); each timed
+    interval also holds part of the two clock reads around it, which the same timing of a call
+    that does almost nothing (cuCtxGetCurrent, by cai.current_device()) measures and which is
+    taken off per call. What the layers above the driver cost (the `above` extra samples) is
+    cai's CPU time per call, as every row is timed, less the driver's, in the same round: time
+    the calling thread waits inside the driver (for the simulator's lock) counts as driver time
+    there and not in cai's CPU time, so this difference is if anything an underestimate on a
+    loaded machine; docs/benchmarks.md gives the instruction counts as a cross-check."""
+    exec_add = eval("lambda: cai.ops.add(a, a, o)", ns)
+
+    def timed_calls(loop, count):
+        cai.sim.reset_driver_calls()
+        cai.sim.time_driver_calls(True)
+        for _ in range(count):
+            loop()
+        cai.sim.time_driver_calls(False)
+        ns_inside = sum(cai.sim.driver_call_ns().values())
+        calls = sum(cai.sim.driver_calls().values())
+        cai.synchronize()
+        return ns_inside, calls
+
+    def compute(extra):
+        inside, calls = timed_calls(cai.current_device, rounds_number)
+        per_call = inside / calls  # clock reads plus a near-empty call
+        cai.sim.reset_driver_calls()
+        t = time.thread_time()
+        for _ in range(rounds_number):
+            exec_add()
+        plain = (time.thread_time() - t) * 1e9 / rounds_number
+        cai.synchronize()
+        inside, calls = timed_calls(exec_add, rounds_number)
+        driver = max(0.0, (inside - calls * per_call) / rounds_number)
+        extra.setdefault("above", []).append(plain - driver)
+        return driver
+
+    return compute
 
 
 def find_cuda_core():
@@ -159,7 +251,7 @@ def find_cuda_core():
     return None
 
 
-def build_rows(clock=time.thread_time, caster_dir=CASTER_DIR):
+def build_rows(clock=time.thread_time, caster_dir=CASTER_DIR, floor_dir=FLOOR_DIR):
     a = cai.device_array(SHAPE, dtype=np.float32)
     n = np.zeros(SHAPE, dtype=np.float32)
     s = cai.stream()  # a real stream: the integer-stream import names it
@@ -177,17 +269,31 @@ def build_rows(clock=time.thread_time, caster_dir=CASTER_DIR):
     f_cai_stream = Foreign()
     f_cai_stream.__cuda_array_interface__ = dict(cai_desc, stream=s.handle)
     f_cai_stream.keep = a
+    f_cai_legacy = Foreign()  # the legacy default stream: CuPy's and Numba's default
+    f_cai_legacy.__cuda_array_interface__ = dict(cai_desc, stream=1)
+    f_cai_legacy.keep = a
     f_np = Foreign()
     f_np.__array_interface__ = np_desc
     f_np.keep = n
-    ns.update(f_cai=f_cai, f_cai_stream=f_cai_stream, f_np=f_np, cai_desc=cai_desc,
-              MV=(1, 3), p_cai=DLPackProducer(a), p_np=DLPackProducer(n))
+    ns.update(f_cai=f_cai, f_cai_stream=f_cai_stream, f_cai_legacy=f_cai_legacy, f_np=f_np,
+              cai_desc=cai_desc, MV=(1, 3), p_cai=DLPackProducer(a), p_np=DLPackProducer(n))
     probes = find_module(PROBES_DIR, "_cai_probes")  # a foreign producer with its own table
     if probes is not None:
         ns.update(fp=probes.ForeignProducer(a))
+    fl = find_module(floor_dir, "_cai_bench_floor")
+    if fl is not None:
+        ns.update(fl=fl, fa=fl.array_of(a.ptr, *SHAPE),
+                  fb=[fl.array_of(a.ptr, *SHAPE) for _ in range(8)])
+    torch = find_torch()
+    if torch is not None:
+        t = torch.zeros(SHAPE, dtype=torch.float32)
+        ns.update(torch=torch, t=t, p_torch=DLPackProducer(t))
 
     def C(stmt):
         return Case(stmt, ns, clock)
+
+    def F(stmt):  # a floor case, when the floor module is built
+        return Case(stmt, ns, clock) if fl is not None else None
 
     rows = [
         Row("floor", "timeit loop, empty statement", C("pass"), "NumPy: the same", None,
@@ -196,44 +302,57 @@ def build_rows(clock=time.thread_time, caster_dir=CASTER_DIR):
         Row("floor_call", "identity call: cai.as_cuda_array(a) of our own array",
             C("cai.as_cuda_array(a)"), "np.asarray(n) of an ndarray", C("np.asarray(n)"),
             note="context: the cost of a call that does nothing",
-            short="identity call (call floor)"),
+            short="identity call (call floor)", floor_case=F("fl.as_cuda_array(fa)")),
         Row("export", "CAI export: a.__cuda_array_interface__ (C-contiguous)",
             C("a.__cuda_array_interface__"), "n.__array_interface__",
-            C("n.__array_interface__")),
+            C("n.__array_interface__"), floor_case=F("fa.__cuda_array_interface__")),
         Row("export_strided", "CAI export, transposed (strides tuple)",
             C("at.__cuda_array_interface__"), "nt.__array_interface__",
             C("nt.__array_interface__"), short="CAI export, transposed"),
         Row("import", "CAI import v3, stream None: cai.as_cuda_array(obj)",
             C("cai.as_cuda_array(f_cai)"), "np.asarray(obj with __array_interface__)",
-            C("np.asarray(f_np)")),
-        Row("import_stream", "CAI import v3, integer stream (event-ordered)",
-            C("cai.as_cuda_array(f_cai_stream)"), "np.asarray(obj with __array_interface__)",
-            C("np.asarray(f_np)"), short="CAI import v3, integer stream"),
+            C("np.asarray(f_np)"), floor_case=F("fl.as_cuda_array(f_cai)")),
+        Row("import_stream_default", "CAI import v3, integer stream 1 (the legacy default)",
+            C("cai.as_cuda_array(f_cai_legacy)"), "np.asarray(obj with __array_interface__)",
+            C("np.asarray(f_np)"), short="CAI import v3, stream 1",
+            floor_case=F("fl.as_cuda_array(f_cai_legacy)")),
+        Row("import_stream", "CAI import v3, integer stream of a created stream (one event "
+            "record)", C("cai.as_cuda_array(f_cai_stream)"),
+            "np.asarray(obj with __array_interface__)", C("np.asarray(f_np)"),
+            short="CAI import v3, integer stream", floor_case=F("fl.as_cuda_array(f_cai_stream)")),
         Row("import_dict", "CAI import of the dict alone: from_cuda_array_interface(d)",
             C("cai.from_cuda_array_interface(cai_desc)"), "", None,
             note="no NumPy twin (NumPy imports only from an object)",
             short="CAI import of the dict alone"),
         Row("dlpack_export", "DLPack export: a.__dlpack__(max_version=(1, 3))",
             C("a.__dlpack__(max_version=MV)"), "n.__dlpack__(max_version=(1, 3))",
-            C("n.__dlpack__(max_version=MV)")),
+            C("n.__dlpack__(max_version=MV)"), floor_case=F("fa.__dlpack__(max_version=MV)")),
         Row("dlpack_import", "DLPack import via a Python __dlpack__: cai.from_dlpack(p)",
             C("cai.from_dlpack(p_cai)"), "np.from_dlpack(p) (same producer class)",
-            C("np.from_dlpack(p_np)"), short="DLPack import via Python __dlpack__"),
+            C("np.from_dlpack(p_np)"), short="DLPack import via Python __dlpack__",
+            floor_case=F("fl.from_dlpack(p_cai)")),
+    ]
+    if probes is not None:
+        rows.append(Row("dlpack_import_native", "DLPack import of a native array: C exchange API",
+                        C("cai.from_dlpack(fp)"), "np.from_dlpack(n) (ndarray, C __dlpack__)",
+                        C("np.from_dlpack(n)"), short="DLPack import: C exchange API / native",
+                        floor_case=F("fl.from_dlpack(fp)")))
+    else:
+        rows.append(Row("dlpack_import_native", "DLPack import of a native array: C exchange API",
+                        note="not built: tests/ext (scripts/test.sh builds it)"))
+    add_floor = None
+    if cai.backend() == "simulator" and hasattr(cai.sim, "time_driver_calls"):
+        add_floor = Fixed("driver share of cai.ops.add(a, a, o)", driver_share(ns))
+    rows += [
         Row("ops_add", "cai.ops.add(a, a, o) of cai arrays (the host's part: checks, ordering, "
-            "enqueue)", C("cai.ops.add(a, a, o)"), "np.add(n, n, out=no)",
-            C("np.add(n, n, out=no)"), short="cai.ops.add of cai arrays"),
+            "enqueue; floor: the simulated driver's own time)", C("cai.ops.add(a, a, o)"),
+            "np.add(n, n, out=no)", C("np.add(n, n, out=no)"), short="cai.ops.add of cai arrays",
+            floor_case=add_floor),
         Row("ops_add_foreign", "cai.ops.add(f, f, o), 2 inputs foreign CAI v3 objects",
             C("cai.ops.add(f_cai, f_cai, o)"), "", None,
             note="minus the row above, over 2: what importing a foreign input costs an operation",
             short="cai.ops.add, 2 foreign inputs"),
     ]
-    if probes is not None:
-        rows.append(Row("dlpack_import_native", "DLPack import of a native array: C exchange API",
-                        C("cai.from_dlpack(fp)"), "np.from_dlpack(n) (ndarray, C __dlpack__)",
-                        C("np.from_dlpack(n)"), short="DLPack import: C exchange API / native"))
-    else:
-        rows.append(Row("dlpack_import_native", "DLPack import of a native array: C exchange API",
-                        note="not built: tests/ext (scripts/test.sh builds it)"))
 
     caster = find_module(caster_dir, "_cai_bench_caster")
     if caster is not None:
@@ -243,21 +362,35 @@ def build_rows(clock=time.thread_time, caster_dir=CASTER_DIR):
         rows += [
             Row("caster0", "caster module: bound no-op, no argument", C("k.noop0()"),
                 "the same", None, note="context: the call floor of the caster rows",
-                short="caster module: no-op call"),
+                short="caster module: no-op call", floor_case=F("fl.noop0()")),
             Row("caster1", "nanobind caster cai::nb::array, 1 array: noop1(a)",
                 C("k.noop1(a)"), "nb::ndarray caster, 1 NumPy array", C("k.nd_noop1(n)"),
-                short="caster, 1 array"),
+                short="caster, 1 array", floor_case=F("fl.noop1(fa)")),
             Row("caster1_foreign", "nanobind caster, 1 foreign CAI v3 object: noop1(obj)",
                 C("k.noop1(f_cai)"), "", None,
                 note="nb::ndarray reads no __array_interface__ object",
-                short="caster, 1 foreign CAI object"),
+                short="caster, 1 foreign CAI object", floor_case=F("fl.noop1(f_cai)")),
             Row("caster8", "nanobind caster cai::nb::array, 8 arrays: noop8(*arrays)",
                 C("k.noop8(*b)"), "nb::ndarray caster, 8 NumPy arrays", C("k.nd_noop8(*bn)"),
-                short="caster, 8 arrays"),
+                short="caster, 8 arrays", floor_case=F("fl.noop8(*fb)")),
         ]
     else:
         rows.append(Row("caster", "nanobind caster (1 and 8 arrays)",
                         note="not built: bench/caster_ext (see --build-caster)"))
+
+    # PyTorch on the CPU: the same DLPack paths of a CPU tensor, where torch is installed.
+    if torch is None:
+        rows.append(Row("torch", "PyTorch (CPU): t.__dlpack__(), torch.from_dlpack(p)",
+                        note="not installed"))
+    else:
+        rows += [
+            Row("torch_export", "PyTorch (CPU) DLPack export: t.__dlpack__(max_version=(1, 3))",
+                None, "t.__dlpack__(max_version=(1, 3))", C("t.__dlpack__(max_version=MV)"),
+                short="PyTorch DLPack export"),
+            Row("torch_import", "PyTorch (CPU) DLPack import: torch.from_dlpack(p) (same "
+                "producer class)", None, "torch.from_dlpack(p)", C("torch.from_dlpack(p_torch)"),
+                short="PyTorch DLPack import"),
+        ]
 
     smv = find_cuda_core()
     if smv is None:
@@ -277,7 +410,7 @@ def build_rows(clock=time.thread_time, caster_dir=CASTER_DIR):
 
 
 def measure(rows, rounds: int, min_time: float, number: int | None):
-    cases = [c for r in rows for c in (r.cai, r.peer) if c is not None]
+    cases = [c for r in rows for c in (r.cai, r.peer, r.floor) if c is not None]
     for c in cases:
         c.check()
     for c in cases:
@@ -294,46 +427,58 @@ def measure(rows, rounds: int, min_time: float, number: int | None):
 
 
 def targets(rows, cpp):
+    """The per-call targets of docs/benchmarks.md (issue 22), each with what was measured and
+    whether it is met (None: not measured in this run)."""
     r = {row.key: row for row in rows}
     out = []
 
-    def both(label, row, limit_ns, min_ratio):
-        if not row.cai or not row.peer:
+    def time_and_ratio(label, key, limit_ns, min_ratio):
+        row = r.get(key)
+        if not row or not row.cai or not row.peer:
             out.append((label, "not measured", None))
             return
         t, k = row.cai.median, row.ratio
-        ok = t <= limit_ns and k >= min_ratio
-        out.append((label, f"{t:.0f} ns, {k:.2f}x", ok))
+        out.append((label, f"{t:.0f} ns, {k:.2f}x", t <= limit_ns and k >= min_ratio))
 
-    both("CAI import of a v3 dict <= 150 ns and >= 5x faster than NumPy's array-interface import",
-         r["import"], 150, 5)
-    both("CAI export <= 150 ns and >= 5x faster than NumPy's array-interface export",
-         r["export"], 150, 5)
-    native = r["dlpack_import_native"]
-    label = ("Import through the C exchange API <= 50 ns: from Python, the whole "
-             "cai.from_dlpack(foreign producer) call")
-    if native.cai is None:
-        out.append((label, "not measured (tests/ext not built)", None))
-    else:
-        t = native.cai.median
-        out.append((label, f"{t:.0f} ns", t <= 50))
-    if cpp and "dlpack/export_import" in cpp:
-        t = cpp["dlpack/export_import"]["ns"]
-        out.append(("... its C++ part, owning: managed_tensor_from_py_object_no_sync "
-                    "(to_dlpack_versioned) + from_dlpack + deleter", f"{t:.0f} ns", t <= 50))
-    if cpp and "dlpack/borrow" in cpp:
-        t = cpp["dlpack/borrow"]["ns"]
-        out.append(("... C++ part, borrowing: dltensor_from_py_object_no_sync (fill_dltensor)",
-                    f"{t:.0f} ns", t <= 50))
+    def ratio(label, key, min_ratio):
+        row = r.get(key)
+        if not row or not row.cai or not row.peer:
+            out.append((label, "not measured", None))
+            return
+        out.append((label, f"{row.cai.median:.0f} ns, {row.ratio:.2f}x", row.ratio >= min_ratio))
+
+    time_and_ratio("CAI export <= 150 ns and >= 5x faster than NumPy's array-interface export "
+                   "(kept)", "export", 150, 5)
+    time_and_ratio("CAI import, stream None: <= 250 ns and >= 1.7x NumPy's array-interface "
+                   "import", "import", 250, 1.7)
+    time_and_ratio("CAI import, integer stream 1 (a default stream): <= 250 ns and >= 1.7x "
+                   "NumPy", "import_stream_default", 250, 1.7)
+    time_and_ratio("CAI import, integer stream of a created stream: <= 250 ns and >= 1.7x NumPy "
+                   "(includes one event record, a driver call)", "import_stream", 250, 1.7)
     if "caster1" in r:
         floor = r["caster0"].cai.median
         one, eight = r["caster1"].cai.median - floor, (r["caster8"].cai.median - floor) / 8
-        out.append(("Caster overhead per array <= 100 ns (over the no-op call: 1 array; "
-                    "8 arrays / 8)", f"{one:.0f} ns; {eight:.0f} ns", max(one, eight) <= 100))
+        out.append(("Caster overhead per cai array <= 40 ns (over the no-op call: 1 array; "
+                    "8 arrays / 8)", f"{one:.0f} ns; {eight:.0f} ns", max(one, eight) <= 40))
         fo = r["caster1_foreign"].cai.median - floor
-        out.append(("... the same for a foreign CAI v3 object", f"{fo:.0f} ns", fo <= 100))
+        out.append(("Caster overhead per foreign CAI v3 object <= 250 ns", f"{fo:.0f} ns",
+                    fo <= 250))
     else:
-        out.append(("Caster overhead per array <= 100 ns", "not built (--build-caster)", None))
+        out.append(("Caster overhead per array", "not built (--build-caster)", None))
+    ratio("DLPack export <= NumPy's (peer / cai >= 1)", "dlpack_export", 1.0)
+    ratio("cai.from_dlpack of a Python producer >= 0.8x NumPy's np.from_dlpack of the same "
+          "producer class", "dlpack_import", 0.8)
+    ratio("Import through the C exchange API <= NumPy's np.from_dlpack(ndarray)",
+          "dlpack_import_native", 1.0)
+    add = r.get("ops_add")
+    if add and add.cai and add.floor and add.floor.extra.get("above"):
+        above = statistics.median(add.floor.extra["above"])
+        out.append(("cai.ops.add: the layers above the driver <= 500 ns (its time less the "
+                    "driver's own, in one round)", f"{above:.0f} ns",
+                    above <= 500))
+    else:
+        out.append(("cai.ops.add: the layers above the driver <= 500 ns",
+                    "not measured (the simulator's driver timing is needed)", None))
     if cpp and "copy/contiguous" in cpp and "copy/memcpy" in cpp:
         k = cpp["copy/contiguous"]["gbps"] / cpp["copy/memcpy"]["gbps"]
         out.append(("Contiguous simulator copy >= 50% of memcpy", f"{100 * k:.0f}%", k >= 0.5))
@@ -404,15 +549,17 @@ def machine():
 
 
 def table_lines(rows):
-    lines = ["| measurement | cai (ns) | peer | peer (ns) | peer / cai |",
-             "|---|--:|---|--:|--:|"]
+    lines = ["| measurement | cai (ns) | floor (ns) | cai / floor | peer | peer (ns) | peer / cai |",
+             "|---|--:|--:|--:|---|--:|--:|"]
     for r in rows:
         if not r.cai and not r.peer:
-            lines.append(f"| {r.label} | {r.note} | | | |")
+            lines.append(f"| {r.label} | {r.note} | | | | | |")
             continue
         ratio = f"{r.ratio:.2f}x" if r.ratio else ""
+        over = f"{r.over_floor:.1f}x" if r.over_floor else ""
         peer = r.peer_label if r.peer else (r.note or "")
-        lines.append(f"| {r.label} | {fmt_ns(r.cai)} | {peer} | {fmt_ns(r.peer)} | {ratio} |")
+        lines.append(f"| {r.label} | {fmt_ns(r.cai)} | {fmt_ns(r.floor)} | {over} | {peer} | "
+                     f"{fmt_ns(r.peer)} | {ratio} |")
     return lines
 
 
@@ -446,7 +593,8 @@ def report(rows, tg, cpp, m, args):
         f"{m['platform']}; {m['implementation']} {m['python']}, NumPy {m['numpy']}, "
         f"cai {m['cai']} on the `{m['backend']}` backend.",
         "",
-        "Median nanoseconds per call (peer / cai > 1: cai is faster):",
+        "Median nanoseconds per call (cai / floor: how far from the least a C extension can do; "
+        "peer / cai > 1: cai is faster):",
         "",
         *table_lines(rows),
         "",
@@ -485,37 +633,40 @@ def write_markdown(path, lines, chart_name):
 # ----- the bar chart, as SVG (plain text: no plotting library, no image encoder) -------------
 
 def chart(rows, m) -> str:
-    """A horizontal bar chart of the medians (cai and its NumPy peer per row), as an SVG
+    """A horizontal bar chart of the medians (cai, its floor and its peer per row), as an SVG
     document. Text is real text, so the chart reads at any size and diffs as text."""
-    cai_color, peer_color, grey = "#1f77b4", "#ff7f0e", "#787878"
+    cai_color, floor_color, peer_color, grey = "#1f77b4", "#9a9a9a", "#ff7f0e", "#787878"
     bars = [r for r in rows if r.cai or r.peer]
     left, width, bar_h, gap, top = 300, 1000, 14, 16, 84
-    height = top + len(bars) * (2 * bar_h + gap) + 40
-    vmax = max(x.median for r in bars for x in (r.cai, r.peer) if x)
+    height = top + sum(bar_h * sum(1 for x in (r.cai, r.floor, r.peer) if x) + gap
+                       for r in bars) + 40
+    vmax = max(x.median for r in bars for x in (r.cai, r.floor, r.peer) if x)
     span = width - left - 120
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="sans-serif">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
-           '<text x="12" y="26" font-size="18">cai vs NumPy: median ns per call '
+           '<text x="12" y="26" font-size="18">cai, its floor and its peer: median ns per call '
            '(shorter is better)</text>',
            f'<text x="12" y="46" font-size="12" fill="{grey}">'
            f'{escape(m["cpu"][:60])}, {m["nproc"]} CPUs, Python {escape(m["python"])}, '
            f'NumPy {escape(m["numpy"])}, {escape(m["backend"])}</text>',
            f'<rect x="12" y="56" width="14" height="12" fill="{cai_color}"/>',
            '<text x="32" y="67" font-size="14">cai</text>',
-           f'<rect x="80" y="56" width="14" height="12" fill="{peer_color}"/>',
-           '<text x="100" y="67" font-size="14">NumPy peer</text>']
+           f'<rect x="80" y="56" width="14" height="12" fill="{floor_color}"/>',
+           '<text x="100" y="67" font-size="14">floor (C)</text>',
+           f'<rect x="190" y="56" width="14" height="12" fill="{peer_color}"/>',
+           '<text x="210" y="67" font-size="14">peer (NumPy, PyTorch)</text>']
     y = top
     for r in bars:
         out.append(f'<text x="12" y="{y + 17}" font-size="12">{escape(r.short[:48])}</text>')
-        for case, color in ((r.cai, cai_color), (r.peer, peer_color)):
+        for case, color in ((r.cai, cai_color), (r.floor, floor_color), (r.peer, peer_color)):
             if case:
                 w = max(1, round(span * case.median / vmax))
                 out.append(f'<rect x="{left}" y="{y}" width="{w}" height="{bar_h - 2}" '
                            f'fill="{color}"/>')
                 out.append(f'<text x="{left + w + 6}" y="{y + 10}" font-size="11">'
                            f'{case.median:,.0f} ns</text>')
-            y += bar_h
+                y += bar_h
         y += gap
     out.append(f'<line x1="{left}" y1="{top - 4}" x2="{left}" y2="{y - gap + 2}" '
                'stroke="black"/>')
@@ -542,9 +693,11 @@ def main(argv=None):
                    help="also run this cai_bench binary and add its results")
     p.add_argument("--caster-dir", default=CASTER_DIR,
                    help="where bench/caster_ext is built (default: build/bench_caster)")
+    p.add_argument("--floor-dir", default=FLOOR_DIR,
+                   help="where bench/floor_ext is built (default: build/bench_floor)")
     p.add_argument("--build-caster", action="store_true",
                    help="configure and build bench/caster_ext there first (through the "
-                        "installed cai package: python -m cai --cmake-dir)")
+                        "installed cai package: python -m cai --cmake-dir), and bench/floor_ext")
     p.add_argument("--write-docs", action="store_true",
                    help="write docs/benchmarks.md (generated part) and docs/benchmarks.svg")
     p.add_argument("--markdown", metavar="PATH", help="write the generated part to this file")
@@ -558,8 +711,8 @@ def main(argv=None):
         args.svg = args.svg or os.path.join(ROOT, "docs", "benchmarks.svg")
 
     if args.build_caster:
-        build_caster(args.caster_dir)
-    rows = build_rows(CLOCKS[args.clock], args.caster_dir)
+        build_caster(args.caster_dir, args.floor_dir)
+    rows = build_rows(CLOCKS[args.clock], args.caster_dir, args.floor_dir)
     measure(rows, args.rounds, args.min_time, args.number)
     cpp = run_cpp(args.cpp_bench, args.quick) if args.cpp_bench else None
     tg = targets(rows, cpp)
@@ -577,7 +730,8 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": m, "rows": {r.key: {"cai": r.cai.median if r.cai else None,
-                                                      "peer": r.peer.median if r.peer else None}
+                                                      "peer": r.peer.median if r.peer else None,
+                                                      "floor": r.floor.median if r.floor else None}
                                                for r in rows},
                        "cpp": cpp}, f, indent=1)
     return 0

@@ -7,7 +7,9 @@
 #
 # With CUDA, where nvcc is found, the SOURCES are compiled by nvcc, so that cai::nb::for_each
 # has its GPU kernel; without nvcc they are compiled by the C++ compiler and for_each runs on
-# cai's simulator only. CMAKE_CUDA_ARCHITECTURES defaults to "75;90".
+# cai's simulator only. CMAKE_CUDA_ARCHITECTURES defaults to "75;90". The module is compiled
+# for speed rather than size (nanobind's NOMINSIZE): the argument conversion of cai::nb::array
+# runs on every call.
 #
 # A macro, because enable_language(CUDA) must run at directory scope: call it at the top
 # level of a CMakeLists.txt, not from inside a function.
@@ -63,7 +65,7 @@ function(_cai_add_extension name)
   if(ARG_CUDA AND CMAKE_CUDA_COMPILER)
     # nanobind's flags for its own targets are the host compiler's (nvcc refuses them), so
     # the nvcc-compiled sources are an object library with only the include paths.
-    nanobind_add_module(${name} NB_STATIC PROTECT_STACK)
+    nanobind_add_module(${name} NB_STATIC NOMINSIZE PROTECT_STACK)
     set(_objects ${name}_cuda_objects)
     add_library(${_objects} OBJECT ${ARG_SOURCES})
     set_source_files_properties(${ARG_SOURCES} PROPERTIES LANGUAGE CUDA)
@@ -82,7 +84,7 @@ function(_cai_add_extension name)
     target_link_libraries(${name} PRIVATE ${_objects} CUDA::cudart_static)
     message(STATUS "cai_add_extension(${name}): kernels by ${CMAKE_CUDA_COMPILER}")
   else()
-    nanobind_add_module(${name} NB_STATIC ${ARG_SOURCES})
+    nanobind_add_module(${name} NB_STATIC NOMINSIZE ${ARG_SOURCES})
     if(ARG_CUDA)
       message(STATUS "cai_add_extension(${name}): no nvcc, so for_each runs on the simulator only")
     endif()

@@ -82,6 +82,10 @@ fi
 cmake -S bench/caster_ext -B build/bench_caster -G Ninja \
   -Dcai_DIR="$CAI_CMAKE_DIR" -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
 cmake --build build/bench_caster -j "$JOBS"
+# The floors of bench/interop.py's rows: a plain C module, no cai (bench/floor_ext).
+cmake -S bench/floor_ext -B build/bench_floor -G Ninja \
+  -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
+cmake --build build/bench_floor -j "$JOBS"
 
 if command -v clang++ >/dev/null 2>&1; then
   section "fuzzers (bounded)"

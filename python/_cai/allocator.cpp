@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "cai/arrays/allocator.h"
-#include "common.h"
+#include "bindings.h"
 #include "convert.h"
+#include "gil.h"
 
 namespace cai::python {
 

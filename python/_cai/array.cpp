@@ -1,165 +1,29 @@
-// cai.DeviceNDArray and the functions that make or import one.
+// cai.DeviceNDArray: the array object, its NumPy dtype, its host copies, and the functions that
+// make new arrays (device_array, managed_array, mapped_array, device_array_like, to_device).
+
+#include "array.h"
 
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include "array.h"
+#include "bindings.h"
 #include "cai/arrays/devices.h"
+#include "cai/arrays/dlpack.h"
 #include "cai/arrays/ops.h"
-#include "cai/core/dlpack.h"
 #include "cai/core/error.h"
-#include "shape_ops.h"
+#include "interface.h"
+#include "streams.h"
 
 namespace cai::python {
 
 namespace {
 
 nb::handle g_array_type;
-
-// An index or slice bound as int64; Python ints beyond int64 are clamped, as Python's own
-// slicing does, so a huge index is out of range (IndexError) and a huge bound is clamped.
-std::int64_t clamped_index(nb::handle o) {
-  const Py_ssize_t v = call_python([&] { return PyNumber_AsSsize_t(o.ptr(), nullptr); });
-  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
-  return v;
-}
-
-IndexItem index_item(nb::handle o) {
-  if (o.is_none()) return IndexItem::newaxis();
-  if (o.ptr() == Py_Ellipsis) return IndexItem::ellipsis();
-  if (PySlice_Check(o.ptr())) {
-    auto part = [&](const char* name) -> std::optional<std::int64_t> {
-      nb::object v = o.attr(name);
-      if (v.is_none()) return std::nullopt;
-      if (!is_integer(v))
-        throw_error(Errc::type_error, std::string("__getitem__: slice ") + name +
-                                          " must be an int or None, got " + type_name_of(v));
-      return clamped_index(v);
-    };
-    return IndexItem::range(part("start"), part("stop"), part("step"));
-  }
-  if (is_integer(o)) return IndexItem::at(clamped_index(o));
-  throw_error(Errc::type_error, std::string("__getitem__: only integers, slices, None and ... are "
-                                            "supported (basic indexing gives views); got ") +
-                                    type_name_of(o));
-}
-
-std::vector<IndexItem> index_items(nb::handle key) {
-  std::vector<IndexItem> items;
-  if (PyTuple_Check(key.ptr())) {
-    for (nb::handle k : key) items.push_back(index_item(k));
-  } else {
-    items.push_back(index_item(key));
-  }
-  return items;
-}
-
-sync::StreamRef array_stream(const View& v) {
-  if (auto s = v.sync()->stream()) return *s;
-  return library_default_stream();
-}
-
-// Broadcasts `src` to `shape` with zero strides, NumPy's rules (trailing dims align).
-View broadcast_to(const View& src, std::span<const std::int64_t> shape, const char* entry) {
-  const auto sshape = src.shape();
-  if (sshape.size() > shape.size())
-    throw_error(Errc::value_error, std::string(entry) + ": cannot broadcast a " +
-                                       std::to_string(sshape.size()) + "-d value to a " +
-                                       std::to_string(shape.size()) + "-d array");
-  Dims strides(shape.size(), 0);
-  const std::size_t lead = shape.size() - sshape.size();
-  for (std::size_t i = 0; i < sshape.size(); ++i) {
-    const auto n = sshape[i], m = shape[lead + i];
-    if (n == m)
-      strides[lead + i] = src.strides()[i];
-    else if (n != 1)
-      throw_error(Errc::value_error, std::string(entry) + ": cannot broadcast axis " +
-                                         std::to_string(i) + " of size " + std::to_string(n) +
-                                         " to size " + std::to_string(m));
-  }
-  Layout layout(Dims(shape), std::move(strides), src.dtype().itemsize());
-  View out(src.ptr(), src.dtype(), std::move(layout), src.readonly(), src.sync(), src.owner());
-  // The mask goes along, so that the operation refuses it rather than drop it.
-  if (src.mask())
-    out.set_mask(std::make_shared<const View>(broadcast_to(*src.mask(), shape, entry)));
-  return out;
-}
-
-// A host value as a C-contiguous NumPy array of `dtype` broadcast to `shape`.
-nb::object host_array(nb::handle value, const View& like) {
-  nb::object arr = numpy_module().attr("asarray")(value, numpy_dtype(like.dtype()));
-  arr = numpy_module().attr("broadcast_to")(arr, to_tuple(like.shape()));
-  return numpy_module().attr("ascontiguousarray")(arr);
-}
-
-const void* buffer_ptr(nb::handle arr) {
-  return reinterpret_cast<const void*>(nb::cast<std::uintptr_t>(arr.attr("ctypes").attr("data")));
-}
-
-void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream,
-                   bool blocking) {
-  nb::object host = host_array(value, dst);
-  const void* ptr = buffer_ptr(host);
-  NoGil nogil;  // may wait for the copy
-  copy_from_host(dst, ptr, stream, blocking);
-}
-
-bool blocking_stream(nb::handle stream) {
-  // Numba's rule: stream=0 (the default) copies synchronously; a stream queues the copy,
-  // which returns at once when the host memory is page-locked.
-  if (stream.is_none()) return true;
-  if (!PyLong_CheckExact(stream.ptr())) return false;
-  const long v = PyLong_AsLong(stream.ptr());
-  if (v == -1 && PyErr_Occurred()) PyErr_Clear();
-  return v == 0;
-}
-
-// A GPU array: ours, one with the CAI, or a DLPack producer whose data is CUDA memory.
-bool is_device_value(nb::handle value) {
-  if (as_py_array(value) || nb::hasattr(value, "__cuda_array_interface__")) return true;
-  if (!nb::hasattr(value, "__dlpack__") || !nb::hasattr(value, "__dlpack_device__")) return false;
-  nb::object dev = value.attr("__dlpack_device__")();
-  const int type = nb::cast<int>(dev[0]);
-  return type == kDLCUDA || type == kDLCUDAHost || type == kDLCUDAManaged;
-}
-
-View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle strides,
-                   bool fortran, const sync::StreamRef& stream, device::MemoryKind kind) {
-  if (strides.is_none()) return View::allocate(std::move(dtype), shape, fortran, stream, kind);
-  // Explicit strides: allocate the extent they span.
-  Dims st = read_dims(strides, "strides", DimsForm::argument);
-  Layout layout(Dims(shape), std::move(st), dtype.itemsize());
-  if (layout.may_overlap())
-    throw_error(Errc::value_error,
-                "device_array(): strides make elements overlap; each element "
-                "must have its own bytes");
-  const auto ext = layout.extent();
-  if (layout.size() == 0)
-    return View(0, std::move(dtype), std::move(layout), false,
-                std::make_shared<sync::SyncState>(stream), {});
-  auto buffer = std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(ext.hi - ext.lo));
-  const std::uint64_t ptr = buffer->ptr() - static_cast<std::uint64_t>(ext.lo);
-  return View(ptr, std::move(dtype), std::move(layout), false,
-              std::make_shared<sync::SyncState>(stream), std::move(buffer));
-}
-
-}  // namespace
-
-PyArray* as_py_array(nb::handle obj, const char* entry) {
-  if (!g_array_type.is_valid() || Py_TYPE(obj.ptr()) != (PyTypeObject*)g_array_type.ptr())
-    return nullptr;
-  if (!nb::inst_ready(obj))
-    throw_error(Errc::type_error,
-                std::string(entry) +
-                    ": this DeviceNDArray holds no array (made by DeviceNDArray.__new__, or "
-                    "cleared by the garbage collector); make arrays with cai.device_array(), "
-                    "cai.to_device() or cai.as_cuda_array()");
-  return nb::inst_ptr<PyArray>(obj);
-}
-
-namespace {
 
 // The same View, with an owner of its own where a Python object keeps the memory (or the
 // mask's memory) alive: a new array is then the only holder of that owner, so the garbage
@@ -196,10 +60,7 @@ int visit_owners(const View& v, visitproc visit, void* arg) {
 int array_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(Py_TYPE(self));
   if (!nb::inst_ready(self)) return 0;  // between allocation and construction
-  PyArray* a = nb::inst_ptr<PyArray>(self);
-  Py_VISIT(a->np_dtype.ptr());
-  Py_VISIT(a->cai_fixed.ptr());
-  return visit_owners(a->view, visit, arg);
+  return nb::inst_ptr<PyArray>(self)->traverse(visit, arg);
 }
 
 int array_clear(PyObject* self) {
@@ -224,8 +85,176 @@ PyType_Slot g_array_slots[] = {{Py_tp_traverse, (void*)array_traverse},
 
 }  // namespace
 
+// ----- import owners ------------------------------------------------------------------------
+
+template <class Managed>
+void release_with_gil(Managed* t) noexcept {
+  if (!t->deleter || !nb::is_alive()) return;
+  if (PyGILState_Check()) {  // the usual case: released from Python code
+    t->deleter(t);
+    return;
+  }
+  WithGil gil;
+  t->deleter(t);
+}
+template void release_with_gil(DLManagedTensorVersioned*) noexcept;
+template void release_with_gil(DLManagedTensor*) noexcept;
+
+ImportOwner ImportOwner::python(nb::handle producer) {
+  if (!producer.is_valid() || producer.is_none()) return {};
+  return {Py_NewRef(producer.ptr()), Kind::python};
+}
+ImportOwner ImportOwner::tensor(DLManagedTensorVersioned* t) noexcept {
+  return {t, Kind::versioned};
+}
+ImportOwner ImportOwner::tensor(DLManagedTensor* t) noexcept {
+  return {t, Kind::legacy};
+}
+
+ImportOwner& ImportOwner::operator=(ImportOwner&& o) noexcept {
+  if (this != &o) {
+    reset();
+    p_ = std::exchange(o.p_, nullptr);
+    kind_ = o.kind_;
+  }
+  return *this;
+}
+
+void ImportOwner::reset() noexcept {
+  // A member of a DeviceNDArray, released with the GIL held (its deallocation, or a cleared
+  // cycle): the deleters run as they are; after shutdown everything is leaked.
+  void* p = std::exchange(p_, nullptr);
+  if (!p || !nb::is_alive()) return;
+  switch (kind_) {
+    case Kind::python:
+      Py_DECREF(static_cast<PyObject*>(p));
+      break;
+    case Kind::versioned:
+      if (auto* t = static_cast<DLManagedTensorVersioned*>(p); t->deleter) t->deleter(t);
+      break;
+    case Kind::legacy:
+      if (auto* t = static_cast<DLManagedTensor*>(p); t->deleter) t->deleter(t);
+      break;
+    case Kind::none:
+      break;
+  }
+}
+
+std::shared_ptr<const void> ImportOwner::share() {
+  void* p = std::exchange(p_, nullptr);
+  if (!p) return nullptr;
+  switch (kind_) {
+    case Kind::python: {
+      auto owner = keep_alive(nb::handle(static_cast<PyObject*>(p)));
+      Py_DECREF(static_cast<PyObject*>(p));  // keep_alive holds its own reference
+      return owner;
+    }
+    case Kind::versioned:
+      return std::shared_ptr<const void>(p, [](const void* t) {
+        release_with_gil(static_cast<DLManagedTensorVersioned*>(const_cast<void*>(t)));
+      });
+    case Kind::legacy:
+      return std::shared_ptr<const void>(p, [](const void* t) {
+        release_with_gil(static_cast<DLManagedTensor*>(const_cast<void*>(t)));
+      });
+    case Kind::none:
+      break;
+  }
+  return nullptr;
+}
+
+// ----- the array -----------------------------------------------------------------------------
+
+PyArray::PyArray(View view, nb::object dtype)
+    : np_dtype(std::move(dtype)),
+      ptr_(view.ptr()),
+      readonly_(view.readonly()),
+      layout_(view.layout()),
+      dtype_(view.dtype()),
+      view_(with_own_python_owner(std::move(view))) {}
+
+PyArray::PyArray(std::uint64_t ptr, DType&& dtype, Layout&& layout, bool readonly,
+                 ImportOwner&& owner, ImportStream&& stream) noexcept
+    : ptr_(ptr),
+      readonly_(readonly),
+      layout_(std::move(layout)),
+      dtype_(std::move(dtype)),
+      stream_(std::move(stream)),
+      owner_(std::move(owner)) {}
+
+const View& PyArray::view() {
+  if (!view_) {
+    // An import: the producer's default stream, if it named one, is where its work may be.
+    auto state = stream_.stream.handle != 0
+                     ? std::make_shared<sync::SyncState>(std::move(stream_.stream))
+                 : stream_.unnamed_producer ? sync::SyncState::imported_without_stream()
+                                            : std::make_shared<sync::SyncState>();
+    view_.emplace(ptr_, dtype_, layout_, readonly_, std::move(state), owner_.share());
+  }
+  return *view_;
+}
+
+bool PyArray::has_work() const noexcept {
+  return view_ ? view_->sync()->pending() : stream_.stream.handle != 0;
+}
+
+std::optional<device::StreamHandle> PyArray::export_stream() {
+  // An import never used since: its producer's default stream, when this thread can name it.
+  const sync::StreamRef& s = stream_.stream;
+  if (!view_ && !s.other_thread()) return s.handle != 0 ? std::optional(s.handle) : std::nullopt;
+  return view().sync()->export_handle(device::backend());
+}
+
+std::optional<sync::StreamRef> PyArray::stream() const {
+  if (!view_) return stream_.stream.handle != 0 ? std::optional(stream_.stream) : std::nullopt;
+  return view_->sync()->stream();
+}
+
+std::optional<device::StreamHandle> PyArray::stream_handle() const {
+  if (!view_)
+    return stream_.stream.handle != 0 ? std::optional(stream_.stream.handle) : std::nullopt;
+  return view_->sync()->stream_handle();
+}
+
+const DLDevice& PyArray::device() {
+  if (!device_) device_ = dlpack_device(view());
+  return *device_;
+}
+
+const PyArray::CType& PyArray::c_type() {
+  if (c_type_) return *c_type_;
+  // One per distinct dtype, kept for the process (with the GIL): arrays of the same dtype,
+  // imported again and again, build nothing.
+  static auto* known = new std::vector<std::pair<DType, std::unique_ptr<const CType>>>;
+  for (const auto& [t, c] : *known)
+    if (t == dtype_) return *(c_type_ = c.get());
+  auto c = std::make_unique<CType>();
+  if (dtype_.is_native() && !dtype_.is_structured()) {
+    try {
+      c->dtype = dtype_.to_dlpack();
+    } catch (const Error&) {
+      // No DLPack type (strings, datetimes): lanes 0 says so; the typestr names it.
+    }
+  }
+  const std::string s = dtype_.str();
+  const std::size_t n = std::min(s.size(), sizeof c->typestr - 1);
+  std::memcpy(c->typestr, s.data(), n);
+  c_type_ = c.get();
+  known->emplace_back(dtype_, std::move(c));
+  return *c_type_;
+}
+
+int PyArray::traverse(visitproc visit, void* arg) const {
+  Py_VISIT(np_dtype.ptr());
+  Py_VISIT(cai_fixed.ptr());
+  Py_VISIT(dl_device.ptr());
+  Py_VISIT(owner_.python_object());
+  return view_ ? visit_owners(*view_, visit, arg) : 0;
+}
+
 PyArray::~PyArray() {
-  const auto& owner = view.owner();
+  if (!view_) return;  // an import: its producer goes as usual
+  const auto& owner = view_->owner();
   if (owner.use_count() != 1 || kept_object(owner) || device::exiting() || py_finalizing())
     return;  // nothing is freed here, or nothing waits: the members go as usual
   // The free waits only while work is queued on the array's stream (every stream that touched
@@ -233,25 +262,53 @@ PyArray::~PyArray() {
   // releasing it for every free would make a deleter that needs it take it back.
   bool busy = false;
   try {
-    busy = view.sync()->busy(device::backend());
+    busy = view_->sync()->busy(device::backend());
   } catch (const std::exception&) {
     busy = false;  // not a stream the backend knows: nothing of ours is queued on it
   }
   if (!busy) return;
   std::shared_ptr<const void> last = owner;
-  view = View();  // with the GIL: the Python owners of the stream and the mask
+  view_.reset();  // with the GIL: the Python owners of the stream and the mask
   NoGil nogil;    // the free waits for the streams still using the memory
   last.reset();
 }
 
-nb::object wrap(View view, nb::object np_dtype) {
-  // Construct in place in the new instance: no temporary PyArray to move from.
+namespace {
+
+// A new instance of DeviceNDArray, constructed in place: no temporary PyArray to move from.
+template <class... A>
+nb::object new_array(A&&... args) {
   nb::object obj = nb::inst_alloc(g_array_type);
-  new (nb::inst_ptr<PyArray>(obj))
-      PyArray(with_own_python_owner(std::move(view)), std::move(np_dtype));
+  new (nb::inst_ptr<PyArray>(obj)) PyArray(std::forward<A>(args)...);
   nb::inst_mark_ready(obj);
   return obj;
 }
+
+}  // namespace
+
+nb::object wrap(View view, nb::object np_dtype) {
+  return new_array(std::move(view), std::move(np_dtype));
+}
+
+nb::object wrap_import(std::uint64_t ptr, DType&& dtype, Layout&& layout, bool readonly,
+                       ImportOwner&& owner, ImportStream&& stream) {
+  return new_array(ptr, std::move(dtype), std::move(layout), readonly, std::move(owner),
+                   std::move(stream));
+}
+
+PyArray* as_py_array(nb::handle obj, const char* entry) {
+  if (Py_TYPE(obj.ptr()) != (PyTypeObject*)g_array_type.ptr() || !g_array_type.is_valid())
+    return nullptr;
+  if (!nb::inst_ready(obj))
+    throw_error(Errc::type_error,
+                std::string(entry) +
+                    ": this DeviceNDArray holds no array (made by DeviceNDArray.__new__, or "
+                    "cleared by the garbage collector); make arrays with cai.device_array(), "
+                    "cai.to_device() or cai.as_cuda_array()");
+  return nb::inst_ptr<PyArray>(obj);
+}
+
+// ----- dtypes --------------------------------------------------------------------------------
 
 namespace {
 
@@ -323,14 +380,32 @@ nb::object numpy_dtype(const DType& t) {
   return numpy_module().attr("dtype")(spec);
 }
 
-static nb::object array_dtype(PyArray& a) {
-  if (!a.np_dtype.is_valid()) a.np_dtype = numpy_dtype(a.view.dtype());
+nb::object array_dtype(PyArray& a) {
+  if (!a.np_dtype.is_valid()) a.np_dtype = numpy_dtype(a.dtype());
   return a.np_dtype;
 }
 
+// ----- host copies ---------------------------------------------------------------------------
+
+namespace {
+
+const void* buffer_ptr(nb::handle arr) {
+  return reinterpret_cast<const void*>(nb::cast<std::uintptr_t>(arr.attr("ctypes").attr("data")));
+}
+
+// Numba's rule: stream=0 (the default) copies synchronously; a stream queues the copy, which
+// returns at once when the host memory is page-locked.
+bool blocking_stream(nb::handle stream) {
+  if (stream.is_none()) return true;
+  if (!PyLong_CheckExact(stream.ptr())) return false;
+  const long v = PyLong_AsLong(stream.ptr());
+  if (v == -1 && PyErr_Occurred()) PyErr_Clear();
+  return v == 0;
+}
+
 // The values of v (not its mask) in a NumPy array: a new one, or `ary`; waits for the copy.
-static nb::object data_to_host(const View& v, nb::handle dt, nb::handle ary,
-                               const sync::StreamRef& s, bool blocking) {
+nb::object data_to_host(const View& v, nb::handle dt, nb::handle ary, const sync::StreamRef& s,
+                        bool blocking) {
   nb::object target;
   if (ary.is_none()) {
     // NumPy stores no item size 0 ('S0' becomes 'S1'): zeros, since no byte is copied then.
@@ -364,8 +439,8 @@ static nb::object data_to_host(const View& v, nb::handle dt, nb::handle ary,
 
 // A masked array reaches the host with its mask, as a numpy.ma.MaskedArray (docs/python.md).
 // NumPy's mask marks the elements that are NOT valid; the CAI's, those that are.
-static nb::object masked_to_host(const View& v, nb::handle dt, nb::handle ary,
-                                 const sync::StreamRef& s, bool blocking) {
+nb::object masked_to_host(const View& v, nb::handle dt, nb::handle ary, const sync::StreamRef& s,
+                          bool blocking) {
   nb::object ma = numpy_module().attr("ma");
   if (!ary.is_none()) {
     if (!nb::isinstance(ary, ma.attr("MaskedArray")))
@@ -391,9 +466,9 @@ static nb::object masked_to_host(const View& v, nb::handle dt, nb::handle ary,
   return nb::borrow(ary);
 }
 
-static nb::object copy_to_host_impl(PyArray& self, nb::handle ary, nb::handle stream) {
-  const View& v = self.view;
-  const auto s = stream_arg(stream, "copy_to_host()", array_stream(v));
+nb::object copy_to_host_impl(PyArray& self, nb::handle ary, nb::handle stream) {
+  const View& v = self.view();
+  const auto s = stream_arg(stream, "copy_to_host()", stream_or_default(v));
   const bool blocking = blocking_stream(stream);
   if (v.mask()) return masked_to_host(v, array_dtype(self), ary, s, blocking);
   return data_to_host(v, array_dtype(self), ary, s, blocking);
@@ -402,8 +477,8 @@ static nb::object copy_to_host_impl(PyArray& self, nb::handle ary, nb::handle st
 // NumPy's __array__ protocol: a host copy, as Numba's DeviceNDArray gives (docs/python.md).
 // Memory the host reaches at the array's own address (managed, pinned or mapped): NumPy views
 // it, once the work queued on it is done; the NumPy array keeps the cai array alive.
-static nb::object host_view(PyArray& self) {
-  const View& v = self.view;
+nb::object host_view(PyArray& self) {
+  const View& v = self.view();
   {
     const DeviceGuard on(device_of(v));
     NoGil nogil;
@@ -421,18 +496,18 @@ static nb::object host_view(PyArray& self) {
       .attr("host_view")(nb::find(&self), iface, array_dtype(self));
 }
 
-static bool host_reachable(const View& v) {
+bool host_reachable(const View& v) {
   if (v.ptr() == 0) return false;
   const device::MemoryKind k = device::backend().pointer_info(v.ptr()).kind;
   return k == device::MemoryKind::managed || k == device::MemoryKind::pinned_host;
 }
 
-static nb::object array_protocol(PyArray& self, nb::handle dtype, nb::handle copy) {
-  if (self.view.mask())
+nb::object array_protocol(PyArray& self, nb::handle dtype, nb::handle copy) {
+  if (self.masked())
     throw_error(Errc::not_implemented,
                 "__array__(): the array is masked and a NumPy array cannot carry the mask; "
                 "copy_to_host() gives a numpy.ma.MaskedArray");
-  if (copy.ptr() != Py_True && host_reachable(self.view)) {
+  if (copy.ptr() != Py_True && host_reachable(self.view())) {
     nb::object view = host_view(self);
     if (dtype.is_none()) return view;
     return view.attr("astype")(dtype, nb::arg("copy") = false);
@@ -447,14 +522,15 @@ static nb::object array_protocol(PyArray& self, nb::handle dtype, nb::handle cop
 }
 
 // bool(a), as NumPy and CuPy: the element's truth for one element, an error otherwise.
-static bool truth(PyArray& self) {
-  if (self.view.mask())
+bool truth(PyArray& self) {
+  if (self.masked())
     throw_error(Errc::not_implemented,
                 "bool(): the array is masked and a truth value cannot carry the mask; "
                 "copy_to_host() gives a numpy.ma.MaskedArray");
-  if (self.view.size() != 1)
+  const std::int64_t size = self.layout().size();
+  if (size != 1)
     throw_error(Errc::value_error,
-                self.view.size() == 0
+                size == 0
                     ? "The truth value of an empty array is ambiguous. Use a.size > 0 to check "
                       "that an array is not empty."
                     : "The truth value of an array with more than one element is ambiguous. Copy "
@@ -465,69 +541,179 @@ static bool truth(PyArray& self) {
   return t == 1;
 }
 
-static void setitem(PyArray& self, nb::handle key, nb::handle value) {
-  View dst = self.view.index(index_items(key));
-  dst.require_writable("__setitem__()", "the array");
-  note_write();
-  const auto stream = array_stream(dst);
-  if (is_device_value(value)) {
-    View src = import_view(value, true, "__setitem__()");
-    copy(dst, broadcast_to(src, dst.shape(), "__setitem__()"), stream);
-    return;
-  }
-  if (PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr()) || PyComplex_Check(value.ptr()) ||
-      PyBool_Check(value.ptr()) || nb::cast<bool>(numpy_module().attr("isscalar")(value))) {
-    // One element's bytes, converted by NumPy (its casting rules and overflow errors).
-    nb::object scalar = numpy_module().attr("asarray")(value, array_dtype(self));
-    nb::bytes raw = nb::borrow<nb::bytes>(scalar.attr("tobytes")());
-    fill(dst, raw.c_str(), stream);
-    return;
-  }
-  set_from_host(dst, value, stream, true);
+}  // namespace
+
+bool is_gpu_array(nb::handle value) {
+  if (as_py_array(value) || nb::hasattr(value, "__cuda_array_interface__")) return true;
+  if (!nb::hasattr(value, "__dlpack__") || !nb::hasattr(value, "__dlpack_device__")) return false;
+  nb::object dev = value.attr("__dlpack_device__")();
+  const int type = nb::cast<int>(dev[0]);
+  return type == kDLCUDA || type == kDLCUDAHost || type == kDLCUDAManaged;
 }
+
+// A host value as a C-contiguous NumPy array of v's dtype broadcast to its shape, copied in.
+void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream,
+                   bool blocking) {
+  nb::object arr = numpy_module().attr("asarray")(value, numpy_dtype(dst.dtype()));
+  arr = numpy_module().attr("broadcast_to")(arr, to_tuple(dst.shape()));
+  nb::object host = numpy_module().attr("ascontiguousarray")(arr);
+  const void* ptr = buffer_ptr(host);
+  NoGil nogil;  // may wait for the copy
+  copy_from_host(dst, ptr, stream, blocking);
+}
+
+namespace {
+
+void copy_to_device_impl(PyArray& self, nb::handle obj, nb::handle stream) {
+  const View& dst = self.view();
+  const auto s = stream_arg(stream, "copy_to_device()", stream_or_default(dst));
+  dst.require_writable("copy_to_device()", "the array");
+  note_write();
+  if (is_gpu_array(obj)) {
+    copy(dst, *ViewArg(obj, true, "copy_to_device()"), s);
+  } else {
+    set_from_host(dst, obj, s, blocking_stream(stream));
+  }
+}
+
+std::string array_repr(PyArray& self) {
+  std::string dtype = nb::str(array_dtype(self)).c_str();
+  const std::string_view extended = self.dtype().extended_name();
+  if (!extended.empty() && dtype != extended)  // without ml_dtypes: 'V1 (float8_e5m2)'
+    dtype += " (" + std::string(extended) + ")";
+  return "<cai.DeviceNDArray shape=" + format_dims(self.shape()) + " dtype=" + dtype +
+         (self.readonly() ? " readonly" : "") + ">";
+}
+
+// ----- new arrays ----------------------------------------------------------------------------
+
+View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle strides,
+                   bool fortran, const sync::StreamRef& stream, device::MemoryKind kind) {
+  if (strides.is_none()) return View::allocate(std::move(dtype), shape, fortran, stream, kind);
+  // Explicit strides: allocate the extent they span.
+  Dims st = read_dims(strides, "strides", DimsForm::argument);
+  Layout layout(Dims(shape), std::move(st), dtype.itemsize());
+  if (layout.may_overlap())
+    throw_error(Errc::value_error,
+                "device_array(): strides make elements overlap; each element "
+                "must have its own bytes");
+  const auto ext = layout.extent();
+  if (layout.size() == 0)
+    return View(0, std::move(dtype), std::move(layout), false, sync::SyncState::idle(stream), {});
+  auto buffer = std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(ext.hi - ext.lo));
+  const std::uint64_t ptr = buffer->ptr() - static_cast<std::uint64_t>(ext.lo);
+  return View(ptr, std::move(dtype), std::move(layout), false, sync::SyncState::idle(stream),
+              std::move(buffer));
+}
+
+// device_array, managed_array and mapped_array: Numba's signatures, one memory kind each.
+nb::object new_device_array(const char* entry, device::MemoryKind kind, nb::handle shape,
+                            nb::handle dtype, nb::handle strides, const std::string& order,
+                            nb::handle stream) {
+  if (order != "C" && order != "F")
+    throw_error(Errc::value_error,
+                std::string(entry) + ": order must be 'C' or 'F', got '" + order + "'");
+  const Dims dims = read_dims(shape, "shape", DimsForm::argument);
+  nb::object dt = numpy_module().attr("dtype")(dtype);
+  DType t = dtype_from_numpy(dt, entry);
+  auto s = stream_arg(stream, entry, library_default_stream());
+  require_stream_of_current_device(entry, s);
+  return wrap(allocate_like(std::move(t), dims, strides, order == "F", s, kind), dt);
+}
+
+nb::object device_array_like(nb::handle ary, nb::handle stream) {
+  constexpr const char* entry = "device_array_like()";
+  auto s = stream_arg(stream, entry, library_default_stream());
+  PyArray* a = as_py_array(ary, entry);
+  if (a || is_gpu_array(ary)) {
+    // A GPU array: its view says shape, dtype (the DLPack-only types included) and order,
+    // and the new array goes to its device, as CuPy's empty_like does.
+    const ViewArg like(ary, false, entry);
+    const OperationDevice on(entry, {{"ary", like.get()}}, s);
+    return wrap(View::allocate(like->dtype(), like->shape(), like->layout().is_f_only(), s),
+                a ? a->np_dtype : nb::object());
+  }
+  // A host array: the new one goes to the current device.
+  require_stream_of_current_device(entry, s);
+  nb::object shape = ary.attr("shape");
+  nb::object dt = numpy_module().attr("dtype")(ary.attr("dtype"));
+  bool fortran = false;
+  if (nb::hasattr(ary, "flags"))
+    fortran = !nb::cast<bool>(ary.attr("flags").attr("c_contiguous")) &&
+              nb::cast<bool>(ary.attr("flags").attr("f_contiguous"));
+  return wrap(View::allocate(dtype_from_numpy(dt, entry),
+                             read_dims(shape, "shape", DimsForm::argument), fortran, s),
+              dt);
+}
+
+nb::object to_device(nb::handle obj, nb::handle stream) {
+  auto s = stream_arg(stream, "to_device()", library_default_stream());
+  require_stream_of_current_device("to_device()", s);
+  if (is_gpu_array(obj)) {
+    // Already on the device: a device-to-device copy, stream-ordered like any op.
+    const ViewArg src(obj, true, "to_device()");
+    View dst = View::allocate(src->dtype(), src->shape(), src->layout().is_f_only(), s);
+    copy(dst, *src, s);
+    return wrap(std::move(dst));
+  }
+  nb::object arr = numpy_module().attr("asarray")(obj);
+  nb::object dt = arr.attr("dtype");
+  const bool fortran = !nb::cast<bool>(arr.attr("flags").attr("c_contiguous")) &&
+                       nb::cast<bool>(arr.attr("flags").attr("f_contiguous"));
+  View v = View::allocate(dtype_from_numpy(dt, "to_device()"),
+                          read_dims(arr.attr("shape"), "shape", DimsForm::argument), fortran, s);
+  // The device copy is C or F ordered like the source; the host side is C ordered.
+  nb::object host =
+      numpy_module().attr("ascontiguousarray")(fortran ? nb::object(arr.attr("T")) : arr);
+  const void* ptr = buffer_ptr(host);
+  {
+    NoGil nogil;
+    copy_from_host(fortran ? v.transpose() : v, ptr, s, blocking_stream(stream));
+  }
+  return wrap(std::move(v), dt);
+}
+
+}  // namespace
 
 void bind_array(nb::module_& m) {
   auto cls = nb::class_<PyArray>(
       m, "DeviceNDArray", nb::is_weak_referenceable(), nb::type_slots(g_array_slots),
+      nb::pooled(),
       "An array in device memory (or simulator memory), created by cai or imported from any "
       "object with __cuda_array_interface__. Indexing gives views; every operation is ordered "
       "on streams as CAI v3 requires.");
   g_array_type = cls;
-  cls.def_prop_ro("shape", [](const PyArray& a) { return to_tuple(a.view.shape()); })
+  cls.def_prop_ro("shape", [](const PyArray& a) { return to_tuple(a.shape()); })
       .def_prop_ro(
-          "strides", [](const PyArray& a) { return to_tuple(a.view.strides()); },
+          "strides", [](const PyArray& a) { return to_tuple(a.strides()); },
           "Byte strides, as NumPy gives them.")
       .def_prop_ro("dtype", [](PyArray& a) { return array_dtype(a); })
-      .def_prop_ro("ndim", [](const PyArray& a) { return a.view.ndim(); })
-      .def_prop_ro("size", [](const PyArray& a) { return a.view.size(); })
-      .def_prop_ro("itemsize", [](const PyArray& a) { return a.view.dtype().itemsize(); })
-      .def_prop_ro("nbytes", [](const PyArray& a) { return a.view.layout().nbytes(); })
+      .def_prop_ro("ndim", [](const PyArray& a) { return a.ndim(); })
+      .def_prop_ro("size", [](const PyArray& a) { return a.layout().size(); })
+      .def_prop_ro("itemsize", [](const PyArray& a) { return a.dtype().itemsize(); })
+      .def_prop_ro("nbytes", [](const PyArray& a) { return a.layout().nbytes(); })
       .def_prop_ro(
-          "ptr", [](const PyArray& a) { return a.view.ptr(); },
+          "ptr", [](const PyArray& a) { return a.ptr(); },
           "Address of the first element (0 for a zero-size array).")
-      .def_prop_ro("readonly", [](const PyArray& a) { return a.view.readonly(); })
+      .def_prop_ro("readonly", [](const PyArray& a) { return a.readonly(); })
       .def_prop_ro(
           "stream",
           [](const PyArray& a) -> nb::object {
-            auto s = a.view.sync()->stream();
+            auto s = a.stream();
             if (!s) return nb::none();
             return nb::cast(PyStream{*s, false});
           },
           "The stream after which all work queued on this array is complete (its default "
           "stream), or None when none was ever queued.")
       .def_prop_ro("mask",
-                   [](const PyArray& a) -> nb::object {
-                     if (!a.view.mask()) return nb::none();
-                     return wrap(*a.view.mask());
+                   [](PyArray& a) -> nb::object {
+                     if (!a.masked()) return nb::none();
+                     return wrap(*a.view().mask());
                    })
-      .def_prop_ro("__cuda_array_interface__", exit_safe([](PyArray& a) {
-                     if (!a.view.readonly()) note_write();  // the reader may write
-                     return export_interface(a);
-                   }))
       .def("__len__",
            [](const PyArray& a) {
-             if (a.view.ndim() == 0) throw_error(Errc::type_error, "len() of a 0-d array");
-             return a.view.shape()[0];
+             if (a.ndim() == 0) throw_error(Errc::type_error, "len() of a 0-d array");
+             return a.shape()[0];
            })
       .def("__bool__", exit_safe(&truth),
            "The element's truth for a one-element array (copied to the host); ValueError "
@@ -539,77 +725,34 @@ void bind_array(nb::module_& m) {
            "NumPy's protocol: a host copy of device memory (np.asarray(a) is a.copy_to_host(); "
            "copy=False is a ValueError), and a view of memory the host reaches in place "
            "(managed_array, mapped_array), after the work queued on it.")
-      .def("is_c_contiguous", [](const PyArray& a) { return a.view.layout().is_c_contiguous(); })
-      .def("is_f_contiguous", [](const PyArray& a) { return a.view.layout().is_f_contiguous(); })
+      .def("is_c_contiguous", [](const PyArray& a) { return a.layout().is_c_contiguous(); })
+      .def("is_f_contiguous", [](const PyArray& a) { return a.layout().is_f_contiguous(); })
       .def("copy_to_host", exit_safe(&copy_to_host_impl), nb::arg("ary").none() = nb::none(),
            nb::arg("stream").none() = 0,
            "Copies to a NumPy array (a new one, or `ary`) and waits for the copy. A masked "
            "array gives a numpy.ma.MaskedArray (masked where the array's mask is false).")
-      .def("copy_to_device", exit_safe([](PyArray& self, nb::handle obj, nb::handle stream) {
-             const auto s = stream_arg(stream, "copy_to_device()", array_stream(self.view));
-             self.view.require_writable("copy_to_device()", "the array");
-             note_write();
-             if (is_device_value(obj)) {
-               View src = import_view(obj, true, "copy_to_device()");
-               copy(self.view, src, s);
-             } else {
-               set_from_host(self.view, obj, s, blocking_stream(stream));
-             }
-           }),
-           nb::arg("obj"), nb::arg("stream").none() = 0,
+      .def("copy_to_device", exit_safe(&copy_to_device_impl), nb::arg("obj"),
+           nb::arg("stream").none() = 0,
            "Copies a host array (anything NumPy reads) or a device array into this array.")
-      .def("__getitem__", exit_safe([](PyArray& self, nb::handle key) {
-             const std::vector<IndexItem> items = index_items(key);
-             if (auto element = host_element(self, items)) return *element;
-             return wrap(self.view.index(items), self.np_dtype);
-           }),
-           nb::arg("key").none())
-      .def("__setitem__", exit_safe(&setitem), nb::arg("key").none(), nb::arg("value").none())
-      .def(
-          "slice",
-          [](PyArray& self, int axis, std::int64_t start, std::int64_t stop) {
-            return wrap(self.view.slice(axis, start, stop), self.np_dtype);
-          },
-          nb::arg("axis"), nb::arg("start"), nb::arg("stop"),
-          "View of [start, stop) along one axis with the tile-array rules "
-          "(0 <= start < N, start <= stop <= N).")
-      .def("__repr__", [](PyArray& self) {
-        std::string dtype = nb::str(array_dtype(self)).c_str();
-        const std::string_view extended = self.view.dtype().extended_name();
-        if (!extended.empty() && dtype != extended)  // without ml_dtypes: 'V1 (float8_e5m2)'
-          dtype += " (" + std::string(extended) + ")";
-        return "<cai.DeviceNDArray shape=" + format_dims(self.view.shape()) + " dtype=" + dtype +
-               (self.view.readonly() ? " readonly" : "") + ">";
-      });
+      .def("__repr__", &array_repr);
 
-  // device_array, managed_array and mapped_array: Numba's signatures, one memory kind each.
-  auto new_array = [](const char* entry, device::MemoryKind kind) {
-    return [entry, kind](nb::handle shape, nb::handle dtype, nb::handle strides,
-                         const std::string& order, nb::handle stream) {
-      if (order != "C" && order != "F")
-        throw_error(Errc::value_error,
-                    std::string(entry) + ": order must be 'C' or 'F', got '" + order + "'");
-      const Dims dims = read_dims(shape, "shape", DimsForm::argument);
-      nb::object dt = numpy_module().attr("dtype")(dtype);
-      DType t = dtype_from_numpy(dt, entry);
-      auto s = stream_arg(stream, entry, library_default_stream());
-      require_stream_of_current_device(entry, s);
-      return wrap(allocate_like(std::move(t), dims, strides, order == "F", s, kind), dt);
-    };
-  };
-  m.def("device_array", exit_safe(new_array("device_array()", device::MemoryKind::device)),
+  m.def("device_array", exit_safe([](nb::handle shape, nb::handle dtype, nb::handle strides,
+                                     const std::string& order, nb::handle stream) {
+          return new_device_array("device_array()", device::MemoryKind::device, shape, dtype,
+                                  strides, order, stream);
+        }),
         nb::arg("shape").none(), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
         nb::arg("strides") = nb::none(), nb::arg("order") = "C", nb::arg("stream").none() = 0,
         "A new uninitialized device array; `stream` becomes its default stream.");
   m.def("managed_array",
-        exit_safe([f = new_array("managed_array()", device::MemoryKind::managed)](
-                      nb::handle shape, nb::handle dtype, nb::handle strides,
-                      const std::string& order, nb::handle stream, bool attach_global) {
+        exit_safe([](nb::handle shape, nb::handle dtype, nb::handle strides,
+                     const std::string& order, nb::handle stream, bool attach_global) {
           if (!attach_global)
             throw_error(Errc::not_implemented,
                         "managed_array(): attach_global=False (memory attached to one stream) is "
                         "not supported; managed memory is attached globally");
-          return f(shape, dtype, strides, order, stream);
+          return new_device_array("managed_array()", device::MemoryKind::managed, shape, dtype,
+                                  strides, order, stream);
         }),
         nb::arg("shape").none(), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
         nb::arg("strides") = nb::none(), nb::arg("order") = "C", nb::arg("stream").none() = 0,
@@ -617,14 +760,14 @@ void bind_array(nb::module_& m) {
         "A new array in managed (unified) memory: a device array, and through np.asarray(a) a "
         "NumPy array of the same memory (after the work queued on it). DLPack: kDLCUDAManaged.");
   m.def("mapped_array",
-        exit_safe([f = new_array("mapped_array()", device::MemoryKind::pinned_host)](
-                      nb::handle shape, nb::handle dtype, nb::handle strides,
-                      const std::string& order, nb::handle stream, bool portable, bool wc) {
+        exit_safe([](nb::handle shape, nb::handle dtype, nb::handle strides,
+                     const std::string& order, nb::handle stream, bool portable, bool wc) {
           (void)portable;  // page-locked memory of the driver is portable across contexts
           if (wc)
             throw_error(Errc::not_implemented,
                         "mapped_array(): wc=True (write-combined memory) is not supported");
-          return f(shape, dtype, strides, order, stream);
+          return new_device_array("mapped_array()", device::MemoryKind::pinned_host, shape,
+                                  dtype, strides, order, stream);
         }),
         nb::arg("shape").none(), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
         nb::arg("strides") = nb::none(), nb::arg("order") = "C", nb::arg("stream").none() = 0,
@@ -639,80 +782,10 @@ void bind_array(nb::module_& m) {
   m.def(
       "_host_unregister", [](std::uint64_t ptr) { device::backend().host_unregister(ptr); },
       nb::arg("ptr"), "Undoes _host_register (cai.pinned).");
-  m.def("device_array_like", exit_safe([](nb::handle ary, nb::handle stream) {
-          auto s = stream_arg(stream, "device_array_like()", library_default_stream());
-          PyArray* a = as_py_array(ary, "device_array_like()");
-          if (a || is_device_value(ary)) {
-            // A GPU array: its view says shape, dtype (the DLPack-only types included) and
-            // order, and the new array goes to its device, as CuPy's empty_like does.
-            const View like = a ? a->view : import_view(ary, false, "device_array_like()");
-            const bool f = !like.layout().is_c_contiguous() && like.layout().is_f_contiguous();
-            const OperationDevice on("device_array_like()", {{"ary", &like}}, s);
-            return wrap(View::allocate(like.dtype(), like.shape(), f, s),
-                        a ? a->np_dtype : nb::object());
-          }
-          // A host array: the new one goes to the current device.
-          require_stream_of_current_device("device_array_like()", s);
-          nb::object shape = ary.attr("shape");
-          nb::object dt = numpy_module().attr("dtype")(ary.attr("dtype"));
-          bool fortran = false;
-          if (nb::hasattr(ary, "flags"))
-            fortran = !nb::cast<bool>(ary.attr("flags").attr("c_contiguous")) &&
-                      nb::cast<bool>(ary.attr("flags").attr("f_contiguous"));
-          return wrap(View::allocate(dtype_from_numpy(dt, "device_array_like()"),
-                                     read_dims(shape, "shape", DimsForm::argument), fortran, s),
-                      dt);
-        }),
-        nb::arg("ary"), nb::arg("stream").none() = 0);
-  m.def("to_device", exit_safe([](nb::handle obj, nb::handle stream) {
-          auto s = stream_arg(stream, "to_device()", library_default_stream());
-          require_stream_of_current_device("to_device()", s);
-          if (is_device_value(obj)) {
-            // Already on the device: a device-to-device copy, stream-ordered like any op.
-            const View src = import_view(obj, true, "to_device()");
-            const bool f = !src.layout().is_c_contiguous() && src.layout().is_f_contiguous();
-            View dst = View::allocate(src.dtype(), src.shape(), f, s);
-            copy(dst, src, s);
-            return wrap(std::move(dst));
-          }
-          nb::object arr = numpy_module().attr("asarray")(obj);
-          nb::object dt = arr.attr("dtype");
-          const bool fortran = !nb::cast<bool>(arr.attr("flags").attr("c_contiguous")) &&
-                               nb::cast<bool>(arr.attr("flags").attr("f_contiguous"));
-          View v =
-              View::allocate(dtype_from_numpy(dt, "to_device()"),
-                             read_dims(arr.attr("shape"), "shape", DimsForm::argument), fortran, s);
-          // The device copy is C or F ordered like the source; the host side is C ordered.
-          nb::object host =
-              numpy_module().attr("ascontiguousarray")(fortran ? nb::object(arr.attr("T")) : arr);
-          const void* ptr = buffer_ptr(host);
-          {
-            NoGil nogil;
-            copy_from_host(fortran ? v.transpose() : v, ptr, s, blocking_stream(stream));
-          }
-          return wrap(std::move(v), dt);
-        }),
-        nb::arg("obj"), nb::arg("stream").none() = 0,
+  m.def("device_array_like", exit_safe(&device_array_like), nb::arg("ary"),
+        nb::arg("stream").none() = 0);
+  m.def("to_device", exit_safe(&to_device), nb::arg("obj"), nb::arg("stream").none() = 0,
         "Copies a host array (anything NumPy reads) to a new device array on `stream`.");
-
-  m.def("as_cuda_array", exit_safe([](nb::handle obj, bool sync) {
-          if (as_py_array(obj, "as_cuda_array()")) return nb::borrow(obj);
-          return wrap(import_view(obj, sync, "as_cuda_array()"));
-        }),
-        nb::arg("obj").none(), nb::arg("sync") = true,
-        "A DeviceNDArray viewing any object with __cuda_array_interface__ (no copy); keeps `obj` "
-        "alive. With sync (and cai.config.CUDA_ARRAY_INTERFACE_SYNC), the producer's stream "
-        "becomes the array's stream and later work is ordered after it with events.");
-  m.def("from_cuda_array_interface", exit_safe([](nb::handle desc, nb::handle owner, bool sync) {
-          return wrap(view_from_interface(desc, owner, sync, "from_cuda_array_interface()"));
-        }),
-        nb::arg("desc").none(), nb::arg("owner").none() = nb::none(), nb::arg("sync") = true,
-        "A DeviceNDArray from a CAI dict; keeps `owner` alive if given.");
-  m.def("is_cuda_array", exit_safe([](nb::handle obj) {
-          return as_py_array(obj, "is_cuda_array()") != nullptr ||
-                 nb::hasattr(obj, "__cuda_array_interface__");
-        }),
-        nb::arg("obj").none());
 }
 
 }  // namespace cai::python

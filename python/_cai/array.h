@@ -1,83 +1,179 @@
 #pragma once
 
-// Internal to the extension: cai.DeviceNDArray and the import/export of the CAI.
+// Internal to the extension: cai.DeviceNDArray.
+
+#include <nanobind/nanobind.h>
 
 #include <memory>
 #include <optional>
-#include <string>
-#include <vector>
+#include <utility>
 
 #include "cai/arrays/view.h"
+#include "cai/capi.h"
+#include "cai/core/dlpack.h"
 #include "cai/core/interface.h"
-#include "common.h"
+#include "config.h"
 #include "convert.h"
+#include "gil.h"
 
 namespace cai::python {
 
-/// cai.DeviceNDArray: a View plus Python-side caches.
-///
-/// The garbage collector sees the Python objects it holds (tp_traverse): its caches, and the
-/// Python owners of its memory and mask (keep_alive owners) when this array is their only
-/// holder. wrap() gives every array its own owner so that this holds except while C++ keeps
-/// a copy of the View (an operation in flight, an exported DLPack tensor), when the owner is
-/// rightly treated as referenced from outside.
-struct PyArray {
-  View view;
-  nb::object np_dtype;   ///< numpy.dtype, built on first use
-  nb::object cai_fixed;  ///< the immutable entries of __cuda_array_interface__, on first use
-  /// Element strides for DLTensors that borrow from this array (built on first use).
-  std::unique_ptr<const Dims> element_strides;
+/// What keeps an import's memory alive until its View does: the producer's Python object, or
+/// a DLPack tensor (its deleter runs with the GIL when the owner goes).
+class ImportOwner {
+ public:
+  ImportOwner() = default;
+  static ImportOwner python(nb::handle producer);  ///< None: nothing to keep
+  static ImportOwner tensor(DLManagedTensorVersioned* t) noexcept;
+  static ImportOwner tensor(DLManagedTensor* t) noexcept;
+  ImportOwner(ImportOwner&& o) noexcept : p_(std::exchange(o.p_, nullptr)), kind_(o.kind_) {}
+  ImportOwner& operator=(ImportOwner&& o) noexcept;
+  ImportOwner(const ImportOwner&) = delete;
+  ImportOwner& operator=(const ImportOwner&) = delete;
+  ~ImportOwner() { reset(); }
 
-  PyArray(View v, nb::object dtype) : view(std::move(v)), np_dtype(std::move(dtype)) {}
+  /// The owner of a View: it takes over what this held.
+  std::shared_ptr<const void> share();
+  /// The tensor, when it is one of that kind.
+  DLManagedTensorVersioned* versioned() const noexcept {
+    return kind_ == Kind::versioned ? static_cast<DLManagedTensorVersioned*>(p_) : nullptr;
+  }
+  DLManagedTensor* legacy() const noexcept {
+    return kind_ == Kind::legacy ? static_cast<DLManagedTensor*>(p_) : nullptr;
+  }
+  /// The producer, when it is a Python object (the garbage collector sees it).
+  PyObject* python_object() const noexcept { return kind_ == Kind::python ? (PyObject*)p_ : nullptr; }
+  void reset() noexcept;
+
+ private:
+  enum class Kind : std::uint8_t { none, python, versioned, legacy };
+  ImportOwner(void* p, Kind k) noexcept : p_(p), kind_(k) {}
+  void* p_ = nullptr;
+  Kind kind_ = Kind::none;
+};
+
+/// Runs a DLPack deleter with the GIL (Python producers need it), or leaks after shutdown.
+template <class Managed>
+void release_with_gil(Managed* t) noexcept;
+
+/// What an import knows of the producer's stream, for PyArray's compact form.
+struct ImportStream {
+  /// The producer's stream when it is a default stream (1 or 2); handle 0: none.
+  sync::StreamRef stream;
+  /// Imported with the CAI v3 rules from a producer that named no stream
+  /// (sync::SyncState::imported_without_stream).
+  bool unnamed_producer = false;
+};
+
+/// cai.DeviceNDArray: an array's checked fields, stored inline, and its View.
+///
+/// An array cai made (or a view of one) has its View from the start. An import keeps only
+/// the checked fields and its producer; the View, with its stream state and its owner, is
+/// built by view() when an operation first needs it, so that an import allocates nothing but
+/// the Python object (imports that name a stream to order after build it at once).
+///
+/// The garbage collector sees the Python objects it holds (tp_traverse): its caches, the
+/// producer of an import, and the Python owners of its memory and mask when this array is
+/// their only holder. wrap() gives every array its own owner so that this holds except while
+/// C++ keeps a copy of the View (an operation in flight, an exported DLPack tensor), when the
+/// owner is rightly treated as referenced from outside.
+class PyArray {
+ public:
+  /// An array made by cai, or a view of one.
+  explicit PyArray(View view, nb::object np_dtype = {});
+  /// An import (its fields checked) with no stream to order after but a default stream.
+  PyArray(std::uint64_t ptr, DType&& dtype, Layout&& layout, bool readonly, ImportOwner&& owner,
+          ImportStream&& stream) noexcept;
   PyArray(const PyArray&) = delete;
   PyArray& operator=(const PyArray&) = delete;
   /// Frees without the GIL when this array held the last reference to cai-allocated memory
-  /// (the free waits for the streams using it). At exit, device memory is leaked rather than
-  /// freed (see device::set_exiting), while the Python owners are released normally.
+  /// that its streams still use. At exit, device memory is leaked rather than freed (see
+  /// device::set_exiting), while the Python owners are released normally.
   ~PyArray();
+
+  std::uint64_t ptr() const noexcept { return ptr_; }
+  const DType& dtype() const noexcept { return dtype_; }
+  const Layout& layout() const noexcept { return layout_; }
+  std::span<const std::int64_t> shape() const noexcept { return layout_.shape(); }
+  std::span<const std::int64_t> strides() const noexcept { return layout_.strides(); }
+  int ndim() const noexcept { return layout_.ndim(); }
+  bool readonly() const noexcept { return readonly_; }
+  bool masked() const noexcept { return view_ && view_->mask(); }
+
+  /// The View: memory, stream state, owner and mask (built on first use for an import).
+  const View& view();
+  /// The array's stream (the default of operations on it), or none.
+  std::optional<sync::StreamRef> stream() const;
+  /// Its handle alone.
+  std::optional<device::StreamHandle> stream_handle() const;
+  /// Whether work may be pending (no driver call): an import named a stream, or the stream
+  /// state says so.
+  bool has_work() const noexcept;
+  /// The CAI stream of the pending work (None when the host knows none), without building
+  /// the View of an import.
+  std::optional<device::StreamHandle> export_stream();
+  /// The DLPack device of the memory, asked of the driver once.
+  const DLDevice& device();
+  /// The element type as the C API gives it (CaiArrayInfo): the DLPack type (lanes 0 when
+  /// DLPack has none) and NumPy's dtype.str; one per distinct dtype of the process.
+  struct CType {
+    DLDataType dtype{0, 0, 0};
+    char typestr[24] = {};
+  };
+  const CType& c_type();
+
+  /// Visits what the garbage collector must see through the array (tp_traverse).
+  int traverse(visitproc visit, void* arg) const;
+
+  nb::object np_dtype;   ///< numpy.dtype, built on first use
+  nb::object cai_fixed;  ///< the immutable entries of __cuda_array_interface__, on first use
+  nb::object dl_device;  ///< the tuple __dlpack_device__ returns, on first use
+  /// Element strides for DLTensors that borrow from this array (built on first use).
+  std::unique_ptr<const Dims> element_strides;
+  /// The C API's typed-view request this array last fitted, and its element strides.
+  struct Fit {
+    CaiArrayRequest request;
+    Dims element_strides;
+  };
+  std::optional<Fit> fit;
+
+ private:
+  // What every call reads comes first (a few cache lines); the View, built for operations,
+  // last.
+  std::uint64_t ptr_ = 0;
+  bool readonly_ = false;
+  const CType* c_type_ = nullptr;
+  Layout layout_;
+  DType dtype_;
+  ImportStream stream_;  ///< an import's stream, until view_ holds it
+  ImportOwner owner_;    ///< an import's owner, until view_ holds it
+  std::optional<DLDevice> device_;
+  std::optional<View> view_;
 };
 
 /// Wraps a View in a new cai.DeviceNDArray.
 nb::object wrap(View view, nb::object np_dtype = {});
+/// A new cai.DeviceNDArray for an import with no stream to order after but a default stream.
+nb::object wrap_import(std::uint64_t ptr, DType&& dtype, Layout&& layout, bool readonly,
+                       ImportOwner&& owner, ImportStream&& stream);
 
 /// The DeviceNDArray inside `obj`, or nullptr if obj is not one (never throws). An instance
 /// that holds no array (made by DeviceNDArray.__new__, or cleared by the garbage collector)
 /// is a TypeError naming `entry`.
 PyArray* as_py_array(nb::handle obj, const char* entry = "DeviceNDArray");
 
-/// Imports any object with __cuda_array_interface__ (our own arrays are taken as they are).
-/// `entry` names the caller in messages. With sync, an integer stream becomes the array's
-/// stream (CAI v3 consumer rule, honoured by every later operation with events).
-View import_view(nb::handle obj, bool sync, const char* entry,
-                 std::optional<device::StreamHandle>* deferred = nullptr);
+/// A GPU array: ours, one with the CAI, or a DLPack producer whose data is CUDA memory.
+bool is_gpu_array(nb::handle value);
 
-/// Imports an object through DLPack (the C exchange API of its type when it has one, else
-/// __dlpack__). Without a target device, a CPU tensor is copied to the device only with
-/// copy=true (otherwise BufferError), and copy=true always gives a new device array. With
-/// one, the array API's rule: the result is on that device, copied there when it must be
-/// (unless copy=false, a BufferError then) or when copy=true.
-View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry,
-                   std::optional<int> target_device = std::nullopt);
-/// True when obj's type exposes the DLPack protocol.
-bool has_dlpack(nb::handle obj);
-
-/// Validates a CAI dict into a View whose memory is kept alive by `owner` (may be None). With
-/// `deferred`, the producer's stream (when sync) is stored there instead of becoming the View's
-/// state: the caller imports it once the View is wanted (SyncState::set_imported), so that a
-/// View refused by a check records no event.
-View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry,
-                         int depth = 0, std::optional<device::StreamHandle>* deferred = nullptr);
-
-/// The __cuda_array_interface__ dict of a View (a new dict per call).
-nb::dict export_interface(const View& v);
-nb::dict export_interface(PyArray& a);  ///< the same, with the fixed entries cached
+/// Copies a host value (anything NumPy reads, converted to dst's dtype and broadcast to its
+/// shape) into dst on `stream`; returns once copied when `blocking`.
+void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream,
+                   bool blocking);
 
 /// DType <-> numpy.dtype.
 DType dtype_from_numpy(nb::handle np_dtype, const char* entry);
 nb::object numpy_dtype(const DType& t);
-
-/// Python descr list -> DescrEntry tree, and back.
-std::vector<DescrEntry> descr_from_python(nb::handle list, int depth = 0);
-nb::list descr_to_python(const std::vector<DescrEntry>& descr);
+/// The array's numpy.dtype, built once.
+nb::object array_dtype(PyArray& a);
 
 }  // namespace cai::python

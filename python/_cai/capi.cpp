@@ -4,6 +4,8 @@
 
 #include "cai/capi.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -11,11 +13,15 @@
 #include <vector>
 
 #include "array.h"
+#include "bindings.h"
 #include "cai/arrays/devices.h"
 #include "cai/arrays/dlpack.h"
 #include "cai/arrays/typed_view.h"
 #include "cai/device/simulator.h"
 #include "cai/version.h"
+#include "errors.h"
+#include "interface.h"
+#include "streams.h"
 
 #define CAI_CAPI_STR2(x) #x
 #define CAI_CAPI_STR(x) CAI_CAPI_STR2(x)
@@ -53,8 +59,19 @@ void require_size(std::uint32_t given, std::size_t needed, const char* what) {
                                        std::to_string(needed));
 }
 
-TypedViewSpec spec_of(const CaiArrayRequest& r) {
+// The typed-view spec of a request, built once per distinct request (a module's static
+// constexpr): found by content, so that an unloaded module's address reused cannot mislead.
+const TypedViewSpec& spec_of(const CaiArrayRequest& r) {
   require_size(r.size, sizeof(CaiArrayRequest), "CaiArrayRequest");
+  struct Entry {
+    CaiArrayRequest request;
+    TypedViewSpec spec;
+  };
+  static constexpr std::size_t kEntries = 16;
+  static auto* entries = new std::optional<Entry>[kEntries];  // with the GIL; leaked
+  static std::size_t next = 0;
+  for (std::size_t i = 0; i < kEntries && entries[i]; ++i)
+    if (std::memcmp(&entries[i]->request, &r, sizeof r) == 0) return entries[i]->spec;
   TypedViewSpec spec;
   spec.dtype = DType::from_dlpack(r.dtype);
   spec.item_size = r.item_size;
@@ -64,38 +81,51 @@ TypedViewSpec spec_of(const CaiArrayRequest& r) {
   spec.c_contiguous = (r.flags & CAI_REQUIRE_C_CONTIG) != 0;
   spec.f_contiguous = (r.flags & CAI_REQUIRE_F_CONTIG) != 0;
   spec.allow_mask = (r.flags & CAI_ALLOW_MASK) != 0;
-  return spec;
+  std::optional<Entry>& e = entries[next++ % kEntries];
+  e.emplace(Entry{r, std::move(spec)});
+  return e->spec;
 }
 
-// Fills `out` for the array `obj` (a cai.DeviceNDArray), taking over the reference.
-void describe(const View& v, nb::object obj, CaiArrayInfo& out) noexcept {
-  out.ndim = v.ndim();
-  out.data = v.ptr();
-  out.shape = v.shape().data();
-  out.strides = v.strides().data();
-  out.dtype = DLDataType{0, 0, 0};
-  const DType& t = v.dtype();
-  if (t.is_native() && !t.is_structured()) {
-    try {
-      out.dtype = t.to_dlpack();
-    } catch (...) {
-      // No DLPack type (strings, datetimes): lanes 0 says so; the typestr names it.
-    }
-  }
-  out.readonly = v.readonly() ? 1 : 0;
-  out.itemsize = t.itemsize();
-  // The stream work may be enqueued on after the array's (none behind an import event: the
-  // C API's order_begin waits for that).
-  const auto stream = v.sync()->stream();
-  out.stream = stream ? stream->handle : 0;
-  out.has_mask = v.mask() ? 1 : 0;
-  const std::string typestr = t.str();
-  const std::size_t n = std::min(typestr.size(), sizeof out.typestr - 1);
-  std::memcpy(out.typestr, typestr.data(), n);
-  out.typestr[n] = '\0';
+// The typed-view answer for the last request an array passed (by content: an unloaded
+// module's address may be reused): a repeated argument of one signature is a compare and a copy.
+bool fitted(PyArray& a, const CaiArrayRequest& r, std::int64_t* element_strides) noexcept {
+  const PyArray::Fit* f = a.fit ? &*a.fit : nullptr;
+  if (!f || r.size < sizeof r || std::memcmp(&f->request, &r, sizeof r) != 0) return false;
+  if (element_strides) std::copy(f->element_strides.begin(), f->element_strides.end(), element_strides);
+  return true;
+}
+
+void remember_fit(PyArray& a, const CaiArrayRequest& r, const std::int64_t* strides,
+                  std::int64_t* element_strides) {
+  const auto n = static_cast<std::size_t>(a.ndim());
+  if (element_strides) std::copy(strides, strides + n, element_strides);
+  PyArray::Fit& f = a.fit.emplace();
+  std::memcpy(&f.request, &r, sizeof r);
+  f.element_strides.assign(std::span<const std::int64_t>(strides, n));
+}
+
+// Fills `out` for the array `a` held by `obj`, taking over the reference.
+void describe(PyArray& a, nb::object obj, CaiArrayInfo& out) {
+  out.ndim = a.ndim();
+  out.data = a.ptr();
+  out.shape = a.shape().data();
+  out.strides = a.strides().data();
+  const PyArray::CType& c = a.c_type();
+  out.dtype = c.dtype;
+  out.readonly = a.readonly() ? 1 : 0;
+  out.itemsize = a.dtype().itemsize();
+  // The stream of the pending work, which work may be enqueued on after (none when nothing is
+  // pending, or behind an import event: the C API's order_begin waits for that).
+  const auto stream = a.has_work() ? a.stream_handle() : std::nullopt;
+  out.stream = stream ? *stream : 0;
+  out.has_mask = a.masked() ? 1 : 0;
+  std::memcpy(out.typestr, c.typestr, sizeof out.typestr);
   out.array = reinterpret_cast<CaiArray*>(obj.release().ptr());
 }
 
+// The C API's import, the caster's per-argument path: a cai array that fits is a type check,
+// a check of its inline fields against the cached spec and a struct filled in; a foreign one is
+// imported as by cai.as_cuda_array, its producer's stream ordered after only once it fits.
 int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char* entry,
                       std::uint32_t options, CaiArrayInfo* out,
                       std::int64_t* element_strides) noexcept {
@@ -104,30 +134,30 @@ int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char*
     require_size(out->size, sizeof(CaiArrayInfo), "CaiArrayInfo");
     const char* who = entry ? entry : "cai C API";
     nb::handle h(obj);
+    std::optional<device::StreamHandle> producer;
     PyArray* ours = as_py_array(h);
-    View imported;
-    std::optional<device::StreamHandle> producer;  // ordered once the array fits
-    const View& v = ours ? ours->view : (imported = import_view(h, true, who, &producer));
-    if (request) {
-      const TypedViewSpec spec = spec_of(*request);
-      const TypedViewMismatch m = check_typed_view(v, spec, element_strides);
+    nb::object array = ours ? nb::borrow(h) : import_array(h, true, who, &producer);
+    PyArray& a = ours ? *ours : *as_py_array(array);
+    if (request && fitted(a, *request, element_strides)) {
+      // The array passed this very request before: its answer is kept (the layout, dtype and
+      // flags of an array never change).
+    } else if (request) {
+      const TypedViewSpec& spec = spec_of(*request);
+      std::int64_t strides[max_ndim];
+      const TypedViewMismatch m = check_typed_view(a.ptr(), a.dtype(), a.layout(), a.readonly(),
+                                                   a.masked(), spec, strides);
       if (m != TypedViewMismatch::none) {
         fits = 1;
         if (!(options & CAI_IMPORT_QUIET))
-          PyErr_SetString(PyExc_TypeError, typed_view_message(v, spec, m, who).c_str());
+          PyErr_SetString(PyExc_TypeError, typed_view_message(a.view(), spec, m, who).c_str());
         return;
       }
-    } else if (element_strides && !v.layout().try_element_strides(element_strides)) {
-      (void)v.layout().element_strides();  // throws the rule's message
+      remember_fit(a, *request, strides, element_strides);
+    } else if (element_strides && !a.layout().try_element_strides(element_strides)) {
+      (void)a.layout().element_strides();  // throws the rule's message
     }
-    if (ours) {
-      describe(ours->view, nb::borrow(h), *out);
-    } else {
-      if (producer) imported.sync()->set_imported(device::backend(), *producer);
-      nb::object wrapped = wrap(std::move(imported));
-      const View& view = as_py_array(wrapped)->view;
-      describe(view, std::move(wrapped), *out);
-    }
+    if (producer) a.view().sync()->set_imported(device::backend(), *producer);
+    describe(a, std::move(array), *out);
   });
   return rc != 0 ? -1 : fits;
 }
@@ -166,7 +196,7 @@ PyObject* capi_array_to_python(CaiArray* a) noexcept {
 }
 
 int capi_array_device(CaiArray* a, DLDevice* out) noexcept {
-  return guarded([&] { *out = dlpack_device(array_of(a).view); });
+  return guarded([&] { *out = array_of(a).device(); });
 }
 
 int capi_new_array(const CaiArraySpec* spec, CaiArrayInfo* out,
@@ -176,14 +206,15 @@ int capi_new_array(const CaiArraySpec* spec, CaiArrayInfo* out,
     require_size(out->size, sizeof(CaiArrayInfo), "CaiArrayInfo");
     if (spec->ndim < 0 || spec->ndim > max_ndim || (spec->ndim > 0 && !spec->shape))
       throw_error(Errc::value_error, "new_array(): ndim " + std::to_string(spec->ndim) +
-                                         " needs 0 <= ndim <= 64 and a shape");
+                                         " needs 0 <= ndim <= " + std::to_string(max_ndim) +
+                                         " and a shape");
     std::span<const std::int64_t> shape(spec->shape, static_cast<std::size_t>(spec->ndim));
     View v = View::allocate(DType::from_dlpack(spec->dtype), shape, spec->fortran_order != 0,
                             stream_ref(spec->stream));
     if (element_strides) v.layout().try_element_strides(element_strides);
     nb::object obj = wrap(std::move(v));
-    const View& view = as_py_array(obj)->view;
-    describe(view, std::move(obj), *out);
+    PyArray& a = *as_py_array(obj);
+    describe(a, std::move(obj), *out);
   });
 }
 
@@ -210,7 +241,8 @@ PyObject* capi_wrap_memory(const CaiMemory* m) noexcept {
     require_size(m->size, sizeof(CaiMemory), "CaiMemory");
     if (m->ndim < 0 || m->ndim > max_ndim || (m->ndim > 0 && !m->shape))
       throw_error(Errc::value_error, "make_array(): ndim " + std::to_string(m->ndim) +
-                                         " needs 0 <= ndim <= 64 and a shape");
+                                         " needs 0 <= ndim <= " + std::to_string(max_ndim) +
+                                         " and a shape");
     const auto n = static_cast<std::size_t>(m->ndim);
     DType dtype = m->typestr ? DType::from_typestr(m->typestr) : DType::from_dlpack(m->dtype);
     std::span<const std::int64_t> shape(m->shape, n);
@@ -254,7 +286,7 @@ int capi_order_begin(const CaiStream* work, CaiArray* const* arrays, std::size_t
     views.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
       names.push_back("array " + std::to_string(i));
-      views.push_back({names.back().c_str(), &array_of(arrays[i]).view});
+      views.push_back({names.back().c_str(), &array_of(arrays[i]).view()});
     }
     auto order = std::unique_ptr<CaiOrder>(
         new CaiOrder{std::nullopt, sync::StreamOrder(device::backend(), stream), {}});
@@ -295,7 +327,7 @@ int capi_enqueue_host_task(const CaiStream* stream, CaiArray* const* arrays,
     std::vector<device::sim::Access> accesses;
     accesses.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
-      const View& v = array_of(arrays[i]).view;
+      const View& v = array_of(arrays[i]).view();
       accesses.push_back({v.ptr(), v.shape(), v.strides(),
                           static_cast<std::size_t>(v.dtype().itemsize()), writes[i] != 0});
     }
@@ -326,26 +358,28 @@ static_assert(CAI_ERROR_TYPE == static_cast<int>(Errc::type_error) &&
                   CAI_ERROR_RACE == static_cast<int>(Errc::race),
               "capi.h's CAI_ERROR_* must follow cai::Errc");
 
+// The table, from the one slot list of capi.h: slot NAME holds capi_NAME.
+#define CAI_CAPI_FILL(ret, name, params, since) &capi_##name,
 const CaiCApi g_table = {
-    CAI_CAPI_VERSION,
-    sizeof(CaiCApi),
+    CAI_CAPI_VERSION, sizeof(CaiCApi),
     CAI_CAPI_STR(CAI_VERSION_MAJOR) "." CAI_CAPI_STR(CAI_VERSION_MINOR) "." CAI_CAPI_STR(
         CAI_VERSION_PATCH),
-    &capi_import_array,
-    &capi_retain_array,
-    &capi_release_array,
-    &capi_array_to_python,
-    &capi_array_device,
-    &capi_new_array,
-    &capi_wrap_memory,
-    &capi_read_stream,
-    &capi_order_begin,
-    &capi_order_end,
-    &capi_backend_kind,
-    &capi_current_device,
-    &capi_enqueue_host_task,
-    &capi_set_error,
-};
+    CAI_CAPI_SLOTS(CAI_CAPI_FILL)};
+#undef CAI_CAPI_FILL
+
+// The slots follow the header fields in list order, one pointer each: the ABI that modules
+// built by other compilers rely on (tests/python/test_capi_layout.py checks it from there).
+constexpr std::size_t kFirstSlot = offsetof(CaiCApi, import_array);
+static_assert(kFirstSlot == 2 * sizeof(std::uint32_t) + sizeof(const char*));
+#define CAI_CAPI_INDEX(ret, name, params, since) slot_##name,
+enum SlotIndex : std::size_t { CAI_CAPI_SLOTS(CAI_CAPI_INDEX) slot_count };
+#undef CAI_CAPI_INDEX
+#define CAI_CAPI_OFFSET(ret, name, params, since)                                \
+  static_assert(offsetof(CaiCApi, name) == kFirstSlot + slot_##name * sizeof(void*), \
+                "capi.h: slot " #name " is not where the slot list puts it");
+CAI_CAPI_SLOTS(CAI_CAPI_OFFSET)
+#undef CAI_CAPI_OFFSET
+static_assert(sizeof(CaiCApi) == kFirstSlot + slot_count * sizeof(void*));
 
 }  // namespace
 
@@ -358,7 +392,7 @@ void bind_capi(nb::module_& m) {
       [](nb::handle array) {
         PyArray* a = as_py_array(array);
         if (!a) throw_error(Errc::type_error, "_element_strides(): expected a cai.DeviceNDArray");
-        return to_tuple(a->view.layout().element_strides());
+        return to_tuple(a->layout().element_strides());
       },
       "Element strides by the typed-view rule (docs/cpp-typed-view.md).");
 }

@@ -23,7 +23,7 @@ namespace {
 nb::object as_int(nb::handle o, std::string_view what, std::string_view expected) {
   if (PyLong_Check(o.ptr()) && !PyBool_Check(o.ptr())) return nb::borrow(o);
   if (!is_integer(o)) throw_key_type_error(what, type_name_of(o), expected);
-  // __index__ is Python code: a daemon thread ended inside it at exit parks (common.h).
+  // __index__ is Python code: a daemon thread ended inside it at exit parks (gil.h).
   PyObject* i = call_python([&] { return PyNumber_Index(o.ptr()); });
   if (!i) {
     // An ndarray of more than one element has __index__ but is no integer: say what was

@@ -11,7 +11,7 @@
 #include "cai/core/dims.h"
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
-#include "common.h"
+#include "gil.h"
 
 namespace cai::python {
 

@@ -5,6 +5,8 @@
 #include <nanobind/stl/vector.h>
 
 #include "array.h"
+#include "bindings.h"
+#include "interface.h"
 #include "cai/core/dtype.h"
 #include "cai/core/error.h"
 #include "cai/core/layout.h"

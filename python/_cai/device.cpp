@@ -9,8 +9,10 @@
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
 #include "cai/device/simulator.h"
-#include "common.h"
+#include "bindings.h"
 #include "convert.h"
+#include "gil.h"
+#include "streams.h"
 
 namespace cai::python {
 
@@ -38,6 +40,11 @@ StreamHandle int_handle(nb::handle obj, const std::string& what) {
 
 sync::StreamRef library_default_stream() {
   return {device::kLegacyDefaultStream, nullptr};
+}
+
+sync::StreamRef stream_or_default(const View& v) {
+  if (auto s = v.sync()->stream()) return *s;
+  return library_default_stream();
 }
 
 sync::StreamRef stream_arg(nb::handle obj, const char* entry, const sync::StreamRef& fallback) {
@@ -166,7 +173,7 @@ void bind_device(nb::module_& m) {
       "synchronize",
       [] {
         NoGil nogil;
-        backend().synchronize();
+        sync::synchronize_device(backend());
       },
       "Waits for all work on the current device, and for the memory of dropped arrays to be "
       "given back to the driver (frees run on a backend thread; docs/python.md).");
@@ -201,7 +208,22 @@ void bind_device(nb::module_& m) {
       "(only those called): what a path costs on a GPU, call by call.");
   sim.def(
       "reset_driver_calls", [] { device::sim::reset_driver_calls(backend()); },
-      "Starts the counts of driver_calls() again.");
+      "Starts the counts of driver_calls() (and the times of driver_call_ns()) again.");
+  sim.def(
+      "time_driver_calls", [](bool on) { device::sim::time_driver_calls(backend(), on); },
+      nb::arg("on"),
+      "Times every driver call from now on (two clock reads per call), for driver_call_ns().");
+  sim.def(
+      "driver_call_ns",
+      [] {
+        nb::dict out;
+        for (const auto& [name, ns] : device::sim::driver_call_ns(backend()))
+          if (ns != 0) out[nb::str(name.c_str())] = ns;
+        return out;
+      },
+      nb::sig("def driver_call_ns() -> dict[str, int]"),
+      "The nanoseconds spent inside each driver entry point while time_driver_calls(True) was "
+      "on, since the last reset_driver_calls(): what the driver itself costs a path.");
   sim.def(
       "inject_error",
       [](const std::string& entry, int code, unsigned skip, unsigned times) {

@@ -13,7 +13,9 @@
 #include "cai/arrays/devices.h"
 #include "cai/core/error.h"
 #include "cai/device/simulator.h"
-#include "common.h"
+#include "bindings.h"
+#include "gil.h"
+#include "streams.h"
 
 namespace cai::python {
 
@@ -76,8 +78,8 @@ struct SimGate {
   ~SimGate() { release(); }  // a dropped gate never holds a stream forever
 };
 
-PyDevice array_device(const PyArray& a) {
-  const int d = device_of(a.view);
+PyDevice array_device(PyArray& a) {
+  const int d = device_of(a.view());
   return PyDevice{d >= 0 ? d : backend().current_device()};
 }
 
@@ -134,7 +136,7 @@ void bind_devices(nb::module_& m) {
           [](const PyDevice& d) {
             const DeviceGuard on(d.id);
             NoGil nogil;
-            backend().synchronize();
+            sync::synchronize_device(backend());
           },
           "Waits for all work on this device.")
       .def("__eq__",
@@ -165,15 +167,16 @@ void bind_devices(nb::module_& m) {
   nb::handle array = nb::type<PyArray>();
   nb::object property = nb::module_::import_("builtins").attr("property");
   array.attr("device") = property(
-      nb::cpp_function([](const PyArray& a) { return array_device(a); }, nb::is_method()),
+      nb::cpp_function([](PyArray& a) { return array_device(a); }, nb::is_method()),
       nb::none(), nb::none(),
       "The cai.Device whose memory holds the array (the current one for a zero-size array).");
   array.attr("synchronize") = nb::cpp_function(
-      [](const PyArray& a) {
-        if (!a.view.sync()->has_work()) return;
-        const DeviceGuard on(device_of(a.view));
+      [](PyArray& a) {
+        const View& v = a.view();
+        if (!v.sync()->pending()) return;
+        const DeviceGuard on(device_of(v));
         NoGil nogil;
-        a.view.sync()->synchronize(backend());
+        v.sync()->synchronize(backend());
       },
       nb::is_method(), nb::scope(array), nb::name("synchronize"),
       "Waits until the work queued on the array is done, so that code that does not follow "

@@ -1,19 +1,38 @@
-// DLPack in Python: DeviceNDArray.__dlpack__/__dlpack_device__, cai.from_dlpack, and the
-// DLPack 1.3 C exchange API (type(x).__dlpack_c_exchange_api__), both as producer and consumer.
+// DLPack in Python, in both directions: DeviceNDArray.__dlpack__/__dlpack_device__ (export),
+// cai.from_dlpack (import), and the DLPack 1.3 C exchange API (type(x).__dlpack_c_exchange_api__)
+// as producer and as consumer.
+//
+// An export, top to bottom (dlpack_method -> dlpack_export): the keywords are matched by
+// pointer against interned names (no keyword dictionary); the usual call (a device array, no
+// copy) borrows the array: the tensor holds a reference to the DeviceNDArray and points at its
+// shape and element strides (one small allocation, no View copied), and the consumer's stream is
+// made to wait only while work is pending. A copy, or a copy to the host, exports a new View.
+//
+// An import, top to bottom (import_dlpack): the tensor comes from the type's exchange table, or
+// from __dlpack__ (called with a static keyword tuple, after __dlpack_device__); the core checks
+// it (read_dlpack); a device tensor with no stream to order after, or a default stream, becomes
+// a DeviceNDArray in the compact form (the tensor is its owner); anything else (a copy, a host
+// tensor, a target device, a foreign stream) goes through a View (finish_import).
+
+#include "dlpack.h"
 
 #include <nanobind/stl/optional.h>
-#include <nanobind/stl/tuple.h>
 
 #include <array>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 
 #include "array.h"
+#include "bindings.h"
 #include "cai/arrays/devices.h"
 #include "cai/arrays/dlpack.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/error.h"
+#include "errors.h"
+#include "fastcall.h"
+#include "streams.h"
 
 namespace cai::python {
 
@@ -29,38 +48,128 @@ bool is_cuda_like(std::int32_t device_type) {
   return device_type == kDLCUDA || device_type == kDLCUDAHost || device_type == kDLCUDAManaged;
 }
 
+// Interned names, created once.
+struct Names {
+  PyObject *stream, *max_version, *dl_device, *copy, *dlpack, *dlpack_device, *exchange_api;
+  PyObject* version13;           // (1, 3)
+  PyObject* stream_and_version;  // ("stream", "max_version"): the keywords of an import's call
+  PyObject* stream_only;         // ("stream",)
+};
+const Names& names() {
+  static const Names n = [] {
+    Names n{};
+    n.stream = PyUnicode_InternFromString("stream");
+    n.max_version = PyUnicode_InternFromString("max_version");
+    n.dl_device = PyUnicode_InternFromString("dl_device");
+    n.copy = PyUnicode_InternFromString("copy");
+    n.dlpack = PyUnicode_InternFromString("__dlpack__");
+    n.dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
+    n.exchange_api = PyUnicode_InternFromString("__dlpack_c_exchange_api__");
+    n.version13 = Py_BuildValue("(ii)", 1, 3);
+    n.stream_and_version = PyTuple_Pack(2, n.stream, n.max_version);
+    n.stream_only = PyTuple_Pack(1, n.stream);
+    return n;
+  }();
+  return n;
+}
+
 // ----- producer ------------------------------------------------------------------------------
 
 // An unconsumed capsule still owns its tensor. Runs with the GIL, possibly during exception
-// handling, so the error indicator is saved around it.
-void versioned_capsule_destructor(PyObject* capsule) {
-  if (PyCapsule_IsValid(capsule, kVersioned)) {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    auto* t = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule, kVersioned));
-    if (t && t->deleter) t->deleter(t);
-    PyErr_Restore(type, value, tb);
+// handling: the error indicator is saved around the deleter then. A consumer renames the
+// capsule, so the name pointer tells (no string compared); the tensor is also the context.
+template <class Managed>
+void capsule_destructor(PyObject* capsule) {
+  constexpr const char* name =
+      std::is_same_v<Managed, DLManagedTensorVersioned> ? kVersioned : kLegacy;
+  if (PyCapsule_GetName(capsule) != name) return;  // consumed
+  auto* t = static_cast<Managed*>(PyCapsule_GetContext(capsule));
+  if (!t || !t->deleter) return;
+  if (!PyErr_Occurred()) {
+    t->deleter(t);
+    return;
   }
-}
-
-void legacy_capsule_destructor(PyObject* capsule) {
-  if (PyCapsule_IsValid(capsule, kLegacy)) {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kLegacy));
-    if (t && t->deleter) t->deleter(t);
-    PyErr_Restore(type, value, tb);
-  }
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  t->deleter(t);
+  PyErr_Restore(type, value, tb);
 }
 
 template <class Managed>
-nb::object make_capsule(Managed* t, const char* name, PyCapsule_Destructor destructor) {
-  PyObject* cap = PyCapsule_New(t, name, destructor);
-  if (!cap) {
+nb::object make_capsule(Managed* t) {
+  constexpr bool versioned = std::is_same_v<Managed, DLManagedTensorVersioned>;
+  PyObject* cap = PyCapsule_New(t, versioned ? kVersioned : kLegacy, &capsule_destructor<Managed>);
+  if (!cap || PyCapsule_SetContext(cap, t) != 0) {
+    Py_XDECREF(cap);  // its destructor finds no context: the tensor is deleted here
     t->deleter(t);
     throw nb::python_error();
   }
   return nb::steal(cap);
+}
+
+// A tensor that borrows a DeviceNDArray: its memory, shape and element strides stay the
+// array's, which the tensor keeps alive by a reference. One allocation per export.
+template <class Managed>
+struct BorrowedExport {
+  Managed managed{};
+  PyObject* array = nullptr;
+};
+
+// The DLPack deleter: from any thread, with or without the GIL; leaks after shutdown.
+template <class Managed>
+void delete_borrowed(Managed* m) {
+  auto* e = static_cast<BorrowedExport<Managed>*>(m->manager_ctx);
+  if (!nb::is_alive()) return;
+  if (PyGILState_Check()) {
+    Py_DECREF(e->array);
+    PyMem_Free(e);
+    return;
+  }
+  WithGil gil;
+  Py_DECREF(e->array);
+  PyMem_Free(e);
+}
+
+// The element strides DLPack gives, built once per array.
+const Dims& element_strides_of(PyArray& a, const char* entry) {
+  if (!a.element_strides) {
+    try {
+      a.element_strides = std::make_unique<const Dims>(a.layout().element_strides());
+    } catch (const Error& e) {
+      throw_error(Errc::buffer_error,
+                  std::string(entry) + ": " + e.what() + " (DLPack strides count elements)");
+    }
+  }
+  return *a.element_strides;
+}
+
+// The array's DLPack type: the C API's cached one, else the core's answer (or its error).
+DLDataType dlpack_dtype_of(PyArray& a, const char* entry) {
+  const DLDataType known = a.c_type().dtype;  // lanes 0: DLPack has none
+  return known.lanes != 0 ? known : dlpack_dtype(a.dtype(), entry);
+}
+
+template <class Managed>
+Managed* borrow_export(PyArray& a, nb::handle obj, std::uint64_t flags, const char* entry) {
+  auto* e = static_cast<BorrowedExport<Managed>*>(PyMem_Malloc(sizeof(BorrowedExport<Managed>)));
+  if (!e) throw std::bad_alloc();
+  // Every field is set below: no zero-filling of the whole struct first.
+  try {
+    fill_dltensor(a.ptr(), dlpack_dtype_of(a, entry), a.shape(), element_strides_of(a, entry),
+                  a.device(), e->managed.dl_tensor);
+  } catch (...) {
+    PyMem_Free(e);
+    throw;
+  }
+  if constexpr (std::is_same_v<Managed, DLManagedTensorVersioned>) {
+    e->managed.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+    e->managed.flags = flags | (a.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
+  }
+  static_assert(std::is_trivially_copyable_v<BorrowedExport<Managed>>);
+  e->managed.manager_ctx = e;
+  e->managed.deleter = &delete_borrowed<Managed>;
+  e->array = Py_NewRef(obj.ptr());
+  return &e->managed;
 }
 
 int read_int32(nb::handle o, const char* what) {
@@ -76,36 +185,45 @@ std::pair<int, int> read_int_pair(nb::handle o, const char* what) {
   if (!PyTuple_Check(o.ptr()) || PyTuple_GET_SIZE(o.ptr()) != 2)
     throw_error(Errc::type_error,
                 std::string(what) + ": expected a tuple (int, int), got " + short_repr(o));
-  return {read_int32(nb::handle(PyTuple_GET_ITEM(o.ptr(), 0)), what),
-          read_int32(nb::handle(PyTuple_GET_ITEM(o.ptr(), 1)), what)};
+  PyObject* a = PyTuple_GET_ITEM(o.ptr(), 0);
+  PyObject* b = PyTuple_GET_ITEM(o.ptr(), 1);
+  if (PyLong_CheckExact(a) && PyLong_CheckExact(b)) {  // plain ints: no Python code runs
+    int overflow_a = 0, overflow_b = 0;
+    const long x = PyLong_AsLongAndOverflow(a, &overflow_a);
+    const long y = PyLong_AsLongAndOverflow(b, &overflow_b);
+    if (!overflow_a && !overflow_b && x >= INT32_MIN && x <= INT32_MAX && y >= INT32_MIN &&
+        y <= INT32_MAX)
+      return {static_cast<int>(x), static_cast<int>(y)};
+  }
+  return {read_int32(nb::handle(a), what), read_int32(nb::handle(b), what)};
 }
 
-std::optional<std::pair<int, int>> read_version(nb::handle max_version) {
-  if (max_version.is_none()) return std::nullopt;
-  return read_int_pair(max_version, "__dlpack__(): max_version");
-}
+// The keywords of __dlpack__, borrowed; None when not given.
+struct ExportArgs {
+  nb::handle stream = Py_None, max_version = Py_None, dl_device = Py_None, copy = Py_None;
+};
 
-nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_version,
-                         nb::handle dl_device, nb::handle copy_arg) {
-  const View& v = self.view;
-  if (v.mask())
+nb::object dlpack_export(PyArray& self, nb::handle obj, const ExportArgs& args) {
+  constexpr const char* entry = "__dlpack__()";
+  if (self.masked())
     throw_error(Errc::buffer_error,
                 "__dlpack__(): the array is masked, and a DLPack tensor cannot carry a mask; "
                 "export the data and its .mask separately");
-  const auto version = read_version(max_version);
-  const bool versioned = version && version->first >= 1;
+  const bool versioned =
+      !args.max_version.is_none() &&
+      read_int_pair(args.max_version, "__dlpack__(): max_version").first >= 1;
   std::optional<bool> copy;
-  if (!copy_arg.is_none()) {
-    if (!PyBool_Check(copy_arg.ptr()))
+  if (!args.copy.is_none()) {
+    if (!PyBool_Check(args.copy.ptr()))
       throw_error(Errc::type_error,
-                  "__dlpack__(): copy: expected None or a bool, got " + type_name_of(copy_arg));
-    copy = copy_arg.ptr() == Py_True;
+                  "__dlpack__(): copy: expected None or a bool, got " + type_name_of(args.copy));
+    copy = args.copy.ptr() == Py_True;
   }
 
-  const DLDevice here = dlpack_device(v);
+  const DLDevice here = self.device();
   bool to_host = false;
-  if (!dl_device.is_none()) {
-    const auto [type, id] = read_int_pair(dl_device, "__dlpack__(): dl_device");
+  if (!args.dl_device.is_none()) {
+    const auto [type, id] = read_int_pair(args.dl_device, "__dlpack__(): dl_device");
     if (type == kDLCPU && here.device_type != kDLCPU) {
       if (copy == false)
         throw_error(Errc::buffer_error,
@@ -123,11 +241,12 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
 
   // The consumer's stream: None = legacy default, -1 = do not synchronize, 0 = invalid.
   std::optional<device::StreamHandle> consumer;
-  if (stream.is_none()) {
+  if (args.stream.is_none()) {
     if (is_cuda_like(here.device_type)) consumer = device::kLegacyDefaultStream;
   } else {
     // Any integer, a cai.Stream included (its __index__ is its handle).
-    const auto s = read_int64(stream, "__dlpack__(): stream", "None or an int", Errc::buffer_error);
+    const auto s =
+        read_int64(args.stream, "__dlpack__(): stream", "None or an int", Errc::buffer_error);
     if (s == 0)
       throw_error(Errc::buffer_error,
                   stream_zero_message("__dlpack__(): stream=",
@@ -139,57 +258,143 @@ nb::object dlpack_export(PyArray& self, nb::handle stream, nb::handle max_versio
     if (s != kNoSync) consumer = static_cast<device::StreamHandle>(s);
   }
 
-  std::uint64_t flags = 0;
-  View out = v;
+  if (!to_host && copy != true) {
+    // The usual export: the array itself, after its pending work.
+    if (consumer && self.has_work()) self.view().sync()->order_before(device::backend(), *consumer);
+    if (!self.readonly()) note_write();  // the consumer may write
+    if (versioned) return make_capsule(borrow_export<DLManagedTensorVersioned>(self, obj, 0, entry));
+    if (self.readonly())
+      throw_error(Errc::buffer_error,
+                  "__dlpack__(): the array is read-only and a legacy (unversioned) DLPack tensor "
+                  "cannot say so; ask for max_version=(1, 0) or later");
+    return make_capsule(borrow_export<DLManagedTensor>(self, obj, 0, entry));
+  }
+
+  // A copy: a new View, owned by the tensor.
+  const View& v = self.view();
+  View out;
+  DLDevice out_device = here;
   if (to_host) {
     // A host copy in a NumPy array, owned by the tensor.
-    nb::object np_dtype = numpy_dtype(v.dtype());
-    nb::object host = numpy_module().attr("empty")(to_tuple(v.shape()), np_dtype);
+    nb::object host = numpy_module().attr("empty")(to_tuple(v.shape()), array_dtype(self));
     void* ptr = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(host.attr("ctypes").attr("data")));
-    auto s = v.sync()->stream();
     {
       NoGil nogil;
-      copy_to_host(ptr, v, s ? *s : library_default_stream());
+      copy_to_host(ptr, v, stream_or_default(v));
     }
     out = View(v.size() == 0 ? 0 : reinterpret_cast<std::uint64_t>(ptr), v.dtype(),
                Layout::c_contiguous(v.shape(), v.dtype().itemsize()), false,
                std::make_shared<sync::SyncState>(), keep_alive(host));
-    flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
+    out_device = {kDLCPU, 0};
   } else {
-    if (copy == true) {
-      auto s = v.sync()->stream();
-      const sync::StreamRef ref = s ? *s : library_default_stream();
-      out = View::allocate(v.dtype(), v.shape(), false, ref);
-      cai::copy(out, v, ref);
-      flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
-    }
+    const sync::StreamRef s = stream_or_default(v);
+    out = View::allocate(v.dtype(), v.shape(), false, s);
+    cai::copy(out, v, s);
     if (consumer) out.sync()->order_before(device::backend(), *consumer);
   }
-  if (!to_host && copy != true && !v.readonly()) note_write();  // the consumer may write
-  const DLDevice out_device = to_host ? DLDevice{kDLCPU, 0} : here;
+  // Legacy capsules cannot carry IS_COPIED; the copy is still a correct answer.
   if (versioned)
-    return make_capsule(to_dlpack_versioned(out, flags, &out_device), kVersioned,
-                        versioned_capsule_destructor);
-  if (copy == true || to_host) {
-    // Legacy capsules cannot carry IS_COPIED; the copy is still a correct answer.
-  }
-  return make_capsule(to_dlpack_legacy(out, &out_device), kLegacy, legacy_capsule_destructor);
+    return make_capsule(to_dlpack_versioned(out, DLPACK_FLAG_BITMASK_IS_COPIED, &out_device));
+  return make_capsule(to_dlpack_legacy(out, &out_device));
 }
+
+// a.__dlpack__(*, stream, max_version, dl_device, copy), as a plain C method (fastcall.h).
+PyObject* dlpack_method(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                        PyObject* kwnames) noexcept {
+  return fastcall([&] {
+    PyArray* a = as_py_array(self, "__dlpack__()");
+    if (!a) throw_error(Errc::type_error, "__dlpack__(): expected a cai.DeviceNDArray");
+    const Names& n = names();
+    const std::array<PyObject*, 4> keys = {n.stream, n.max_version, n.dl_device, n.copy};
+    std::array<PyObject*, 4> in = {Py_None, Py_None, Py_None, Py_None};
+    read_args("__dlpack__()", args, static_cast<std::size_t>(nargs), kwnames, keys, 0, 0, in);
+    return dlpack_export(*a, self, {in[0], in[1], in[2], in[3]});
+  });
+}
+
+// a.__dlpack_device__(): (device type, device id), a tuple built once per array.
+PyObject* dlpack_device_method(PyObject* self, PyObject*) noexcept {
+  return fastcall([&] {
+    PyArray* a = as_py_array(self, "__dlpack_device__()");
+    if (!a) throw_error(Errc::type_error, "__dlpack_device__(): expected a cai.DeviceNDArray");
+    if (!a->dl_device.is_valid()) {
+      const DLDevice& d = a->device();
+      a->dl_device = nb::make_tuple(static_cast<int>(d.device_type), d.device_id);
+    }
+    return a->dl_device;
+  });
+}
+
+// ----- our C exchange API table --------------------------------------------------------------
+
+int api_allocator(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
+                  void (*set_error)(void*, const char*, const char*)) {
+  try {
+    const DType dtype = DType::from_dlpack(prototype->dtype);
+    const auto n = static_cast<std::size_t>(prototype->ndim);
+    View v = View::allocate(dtype, std::span<const std::int64_t>(prototype->shape, n), false,
+                            library_default_stream());
+    *out = to_dlpack_versioned(v);
+    return 0;
+  } catch (const std::exception& e) {
+    if (set_error) set_error(error_ctx, "RuntimeError", e.what());
+    return -1;
+  }
+}
+
+PyArray& exchanged(void* py_object) {
+  PyArray* a = as_py_array(static_cast<PyObject*>(py_object), "dlpack exchange API");
+  if (!a) throw_error(Errc::type_error, "dlpack exchange API: not a cai.DeviceNDArray");
+  return *a;
+}
+
+int api_from_py_object(void* py_object, DLManagedTensorVersioned** out) {
+  return guarded([&] {
+    PyArray& a = exchanged(py_object);
+    if (a.masked())
+      throw_error(Errc::buffer_error,
+                  "dlpack exchange API: the array is masked, and a DLPack tensor cannot carry a "
+                  "mask");
+    if (!a.readonly()) note_write();
+    *out = borrow_export<DLManagedTensorVersioned>(a, static_cast<PyObject*>(py_object), 0,
+                                                   "dlpack exchange API");
+  });
+}
+
+int api_to_py_object(DLManagedTensorVersioned* tensor, void** out_py_object) {
+  return guarded([&] {
+    View v = from_dlpack(tensor, nullptr, &release_with_gil<DLManagedTensorVersioned>);
+    *out_py_object = wrap(std::move(v)).release().ptr();
+  });
+}
+
+int api_dltensor_from_py_object(void* py_object, DLTensor* out) {
+  return guarded([&] {
+    PyArray& a = exchanged(py_object);
+    if (!a.readonly()) note_write();
+    constexpr const char* entry = "dlpack exchange API";
+    fill_dltensor(a.ptr(), dlpack_dtype_of(a, entry), a.shape(), element_strides_of(a, entry),
+                  a.device(), *out);
+  });
+}
+
+int api_current_work_stream(DLDeviceType device_type, std::int32_t, void** out_stream) {
+  // cai's work goes to its default stream; CPU has none.
+  *out_stream =
+      device_type == kDLCPU ? nullptr : reinterpret_cast<void*>(library_default_stream().handle);
+  return 0;
+}
+
+const DLPackExchangeAPI g_exchange_api = {
+    {{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION}, nullptr},
+    &api_allocator,
+    &api_from_py_object,
+    &api_to_py_object,
+    &api_dltensor_from_py_object,
+    &api_current_work_stream,
+};
 
 // ----- consumer ------------------------------------------------------------------------------
-
-// Runs a producer's deleter with the GIL (Python producers need it), or leaks after shutdown.
-template <class Managed>
-void release_with_gil(Managed* t) {
-  if (!t->deleter) return;
-  if (!nb::is_alive()) return;
-  if (PyGILState_Check()) {  // the usual case: released from Python code
-    t->deleter(t);
-    return;
-  }
-  WithGil gil;
-  t->deleter(t);
-}
 
 // The exchange API of a type, found by a lookup in its MRO and cached per type WITHOUT a
 // reference: a cached type can die, and its module with it. An entry is valid while the type
@@ -203,18 +408,24 @@ const DLPackExchangeAPI* exchange_api_of(nb::handle obj) {
   };
   constexpr std::size_t kMaxEntries = 1024;  // then it starts over: dead types' entries go
   static auto* cache = new std::unordered_map<PyTypeObject*, Entry>;
-  static PyObject* name = PyUnicode_InternFromString("__dlpack_c_exchange_api__");
+  static PyTypeObject* last_type = nullptr;  // the last hit, checked first
+  static Entry last{};
   PyTypeObject* type = Py_TYPE(obj.ptr());
+  const bool tagged = PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) &&
+                      type->tp_version_tag != 0;
+  if (tagged && type == last_type && type->tp_version_tag == last.tag) return last.api;
   if (auto it = cache->find(type); it != cache->end()) {
-    if (PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) && type->tp_version_tag != 0 &&
-        type->tp_version_tag == it->second.tag)
-      return it->second.api;
+    if (tagged && type->tp_version_tag == it->second.tag) {
+      last_type = type;
+      last = it->second;
+      return last.api;
+    }
     cache->erase(it);
   }
   const DLPackExchangeAPI* api = nullptr;
   // No AttributeError is raised and formatted for the many types that have no table, and the
   // lookup gives the type a version tag.
-  if (PyObject* attr = _PyType_Lookup(type, name)) {
+  if (PyObject* attr = _PyType_Lookup(type, names().exchange_api)) {
     // Only the capsule form: an address given as an int (a draft of 1.3) cannot be checked
     // and would be dereferenced blindly.
     if (PyCapsule_IsValid(attr, "dlpack_exchange_api"))
@@ -229,48 +440,67 @@ const DLPackExchangeAPI* exchange_api_of(nb::handle obj) {
   if (PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) && type->tp_version_tag != 0) {
     if (cache->size() >= kMaxEntries) cache->clear();
     cache->emplace(type, Entry{type->tp_version_tag, api});
+    last_type = type;
+    last = Entry{type->tp_version_tag, api};
   }
   return api;
 }
 
+// obj.__dlpack_device__()[0], or kDLCUDA when obj has no __dlpack_device__.
+std::int32_t device_type_of(nb::handle obj) {
+  PyObject* self = obj.ptr();
+  PyObject* dev = call_python([&] {
+    return PyObject_VectorcallMethod(names().dlpack_device, &self,
+                                     1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+  });
+  if (dev) return read_int_pair(nb::steal(dev), "__dlpack_device__()").first;
+  if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
+  PyErr_Clear();
+  return kDLCUDA;
+}
+
+// obj.__dlpack__(stream=stream, max_version=(1, 3)); a producer from before DLPack 1.0, which
+// knows neither max_version nor versioned capsules (a TypeError), gets stream= alone.
 nb::object call_dlpack(nb::handle obj, nb::handle stream) {
-  PyObject* m = call_python([&] { return PyObject_GetAttrString(obj.ptr(), "__dlpack__"); });
-  if (!m) {
-    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
+  const Names& n = names();
+  PyObject* args[3] = {obj.ptr(), stream.ptr(), n.version13};
+  // The producer's Python code runs here (see call_python).
+  PyObject* r = call_python([&] {
+    return PyObject_VectorcallMethod(n.dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     n.stream_and_version);
+  });
+  if (r) return nb::steal(r);
+  if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
     PyErr_Clear();
     throw_error(Errc::type_error, "from_dlpack(): " + type_name_of(obj) +
                                       " object has no __dlpack__ (expected a DLPack producer)");
   }
-  nb::object method = nb::steal(m);
-  nb::tuple no_args = nb::make_tuple();
-  nb::dict versioned, kwargs;
-  versioned["stream"] = stream;
-  versioned["max_version"] = nb::make_tuple(1, 3);
-  if (!stream.is_none()) kwargs["stream"] = stream;
-  // The producer's Python code runs here (see call_python).
-  PyObject* r =
-      call_python([&] { return PyObject_Call(method.ptr(), no_args.ptr(), versioned.ptr()); });
-  if (r) return nb::steal(r);
   if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
   PyErr_Clear();
-  // A producer from before DLPack 1.0 knows neither max_version nor versioned capsules.
-  r = call_python([&] { return PyObject_Call(method.ptr(), no_args.ptr(), kwargs.ptr()); });
+  const bool with_stream = !stream.is_none();
+  r = call_python([&] {
+    return PyObject_VectorcallMethod(n.dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     with_stream ? n.stream_only : nullptr);
+  });
   if (!r) throw nb::python_error();
   return nb::steal(r);
 }
 
-// Consumes a capsule: renames it "used_..." and gives its tensor to a View.
-View consume_capsule(nb::handle capsule, DlpackImport& info) {
+// Takes a capsule's tensor: renames the capsule "used_...", after which the owner returned
+// runs the deleter.
+ImportOwner consume_capsule(nb::handle capsule) {
   PyObject* cap = capsule.ptr();
   if (PyCapsule_IsValid(cap, kVersioned)) {
     auto* t = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(cap, kVersioned));
     if (PyCapsule_SetName(cap, kVersionedUsed) != 0) throw nb::python_error();
-    return from_dlpack(t, nullptr, &release_with_gil<DLManagedTensorVersioned>, &info);
+    if (!t) throw_error(Errc::buffer_error, "from_dlpack(): the producer gave a NULL tensor");
+    return ImportOwner::tensor(t);
   }
   if (PyCapsule_IsValid(cap, kLegacy)) {
     auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, kLegacy));
     if (PyCapsule_SetName(cap, kLegacyUsed) != 0) throw nb::python_error();
-    return from_dlpack(t, nullptr, &release_with_gil<DLManagedTensor>, &info);
+    if (!t) throw_error(Errc::buffer_error, "from_dlpack(): the producer gave a NULL tensor");
+    return ImportOwner::tensor(t);
   }
   throw_error(Errc::type_error,
               "from_dlpack(): __dlpack__() returned " + type_name_of(capsule) +
@@ -338,8 +568,7 @@ View finish_import(View v, const DlpackImport& info, std::optional<bool> copy,
     return v;
   }
   if (copy == true) {
-    auto s = v.sync()->stream();
-    const sync::StreamRef ref = s ? *s : library_default_stream();
+    const sync::StreamRef ref = stream_or_default(v);
     View dst = View::allocate(v.dtype(), v.shape(), false, ref);
     cai::copy(dst, v, ref);
     return dst;
@@ -359,155 +588,127 @@ int device_number(nb::handle device) {
   return nb::cast<int>(d.attr("id"));
 }
 
-// ----- our C exchange API table ----------------------------------------------------------------
-
-int api_allocator(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
-                  void (*set_error)(void*, const char*, const char*)) {
-  try {
-    const DType dtype = DType::from_dlpack(prototype->dtype);
-    const auto n = static_cast<std::size_t>(prototype->ndim);
-    View v = View::allocate(dtype, std::span<const std::int64_t>(prototype->shape, n), false,
-                            library_default_stream());
-    *out = to_dlpack_versioned(v);
-    return 0;
-  } catch (const std::exception& e) {
-    if (set_error) set_error(error_ctx, "RuntimeError", e.what());
-    return -1;
-  }
-}
-
-int api_from_py_object(void* py_object, DLManagedTensorVersioned** out) {
-  return guarded([&] {
-    PyArray* a = as_py_array(static_cast<PyObject*>(py_object), "dlpack exchange API");
-    if (!a) throw_error(Errc::type_error, "dlpack exchange API: not a cai.DeviceNDArray");
-    if (!a->view.readonly()) note_write();
-    *out = to_dlpack_versioned(a->view);
-  });
-}
-
-int api_to_py_object(DLManagedTensorVersioned* tensor, void** out_py_object) {
-  return guarded([&] {
-    View v = from_dlpack(tensor, nullptr, &release_with_gil<DLManagedTensorVersioned>);
-    *out_py_object = wrap(std::move(v)).release().ptr();
-  });
-}
-
-int api_dltensor_from_py_object(void* py_object, DLTensor* out) {
-  return guarded([&] {
-    PyArray* a = as_py_array(static_cast<PyObject*>(py_object), "dlpack exchange API");
-    if (!a) throw_error(Errc::type_error, "dlpack exchange API: not a cai.DeviceNDArray");
-    if (!a->view.readonly()) note_write();
-    if (!a->element_strides)
-      a->element_strides = std::make_unique<const Dims>(a->view.layout().element_strides());
-    fill_dltensor(a->view, *a->element_strides, *out);
-  });
-}
-
-int api_current_work_stream(DLDeviceType device_type, std::int32_t, void** out_stream) {
-  // cai's work goes to its default stream; CPU has none.
-  *out_stream =
-      device_type == kDLCPU ? nullptr : reinterpret_cast<void*>(library_default_stream().handle);
-  return 0;
-}
-
-const DLPackExchangeAPI g_exchange_api = {
-    {{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION}, nullptr},
-    &api_allocator,
-    &api_from_py_object,
-    &api_to_py_object,
-    &api_dltensor_from_py_object,
-    &api_current_work_stream,
-};
-
 }  // namespace
 
 bool has_dlpack(nb::handle obj) {
   return nb::hasattr(obj, "__dlpack__");
 }
 
-View import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry,
-                   std::optional<int> target_device) {
-  DlpackImport info{};
+nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry,
+                         std::optional<int> target_device) {
+  // 1. The tensor, and the stream its producer's work is on.
+  ImportOwner owner;
+  std::optional<device::StreamHandle> producer_stream;
   if (const DLPackExchangeAPI* api = exchange_api_of(obj)) {
     DLManagedTensorVersioned* t = nullptr;
     if (call_python([&] { return api->managed_tensor_from_py_object_no_sync(obj.ptr(), &t); }) != 0)
       throw nb::python_error();
-    View v = from_dlpack(t, nullptr, &release_with_gil<DLManagedTensorVersioned>, &info);
+    if (!t) throw_error(Errc::buffer_error, "from_dlpack(): the producer gave a NULL tensor");
+    owner = ImportOwner::tensor(t);
     // No-sync exchange: the producer's work is on its current work stream.
-    void* producer = nullptr;
-    if (is_cuda_like(info.device.device_type) &&
-        api->current_work_stream(static_cast<DLDeviceType>(info.device.device_type),
-                                 info.device.device_id, &producer) != 0)
-      throw nb::python_error();
-    std::optional<device::StreamHandle> ps;
-    if (producer)
-      ps = reinterpret_cast<device::StreamHandle>(producer);
-    else if (is_cuda_like(info.device.device_type))
-      ps = device::kLegacyDefaultStream;
-    return finish_import(std::move(v), info, copy, ps, sync, entry, target_device);
-  }
-  // Ask where the data is first: a CPU producer must not be given a CUDA stream.
-  std::int32_t device_type = kDLCUDA;
-  static PyObject* name = PyUnicode_InternFromString("__dlpack_device__");
-  PyObject* method = call_python([&] { return PyObject_GetAttr(obj.ptr(), name); });
-  if (method) {
-    nb::object m = nb::steal(method);
-    PyObject* dev = call_python([&] { return PyObject_CallNoArgs(m.ptr()); });
-    if (!dev) throw nb::python_error();
-    device_type = read_int_pair(nb::steal(dev), "__dlpack_device__()").first;
-  } else if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
-    PyErr_Clear();
+    const DLDevice device = t->dl_tensor.device;
+    if (is_cuda_like(device.device_type)) {
+      void* work = nullptr;
+      if (api->current_work_stream(static_cast<DLDeviceType>(device.device_type),
+                                   device.device_id, &work) != 0)
+        throw nb::python_error();
+      producer_stream =
+          work ? reinterpret_cast<device::StreamHandle>(work) : device::kLegacyDefaultStream;
+    }
   } else {
-    throw nb::python_error();
+    // Ask where the data is first: a CPU producer must not be given a CUDA stream.
+    const std::int32_t device_type = device_type_of(obj);
+    nb::object stream = nb::none();
+    if (is_cuda_like(device_type) && device_type != kDLCUDAHost) {
+      // The producer makes our default stream wait for its work; our work then follows it.
+      const auto ours = library_default_stream().handle;
+      stream = nb::int_(ours);
+      producer_stream = ours;
+    }
+    owner = consume_capsule(call_dlpack(obj, stream));
   }
-  nb::object stream = nb::none();
-  std::optional<device::StreamHandle> ps;
-  if (is_cuda_like(device_type) && device_type != kDLCUDAHost) {
-    // The producer makes our default stream wait for its work; our work then follows it.
-    const auto ours = library_default_stream().handle;
-    stream = nb::int_(ours);
-    ps = ours;
+  // 2. The core's checks; the owner releases the tensor if they fail.
+  DlpackArray a = owner.versioned() ? read_dlpack(*owner.versioned())
+                                    : read_dlpack(*owner.legacy());
+  // 3. A device tensor taken as it is, on no stream or a default one: the compact form.
+  const bool order = sync && producer_stream && config().import_sync;
+  const bool named = !order || *producer_stream == device::kLegacyDefaultStream ||
+                     *producer_stream == device::kPerThreadDefaultStream;
+  if (is_cuda_like(a.info.device.device_type) && copy != true && !target_device && named) {
+    ImportStream stream;
+    if (order) stream.stream = sync::StreamRef(*producer_stream);
+    return wrap_import(a.ptr, std::move(a.dtype), std::move(a.layout), a.info.readonly,
+                       std::move(owner), std::move(stream));
   }
-  nb::object capsule = call_dlpack(obj, stream);
-  View v = consume_capsule(capsule, info);
-  return finish_import(std::move(v), info, copy, ps, sync, entry, target_device);
+  // 4. Anything else through a View: a copy, a host tensor, a target device, a foreign stream.
+  View v(a.ptr, std::move(a.dtype), std::move(a.layout), a.info.readonly,
+         std::make_shared<sync::SyncState>(), owner.share());
+  return wrap(finish_import(std::move(v), a.info, copy, producer_stream, sync, entry,
+                            target_device));
 }
+
+namespace {
+
+nb::object from_dlpack_call(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  constexpr const char* entry = "from_dlpack()";
+  static const std::array<PyObject*, 3> keys = {PyUnicode_InternFromString("obj"),
+                                                PyUnicode_InternFromString("device"),
+                                                names().copy};
+  std::array<PyObject*, 3> in = {nullptr, Py_None, Py_None};
+  read_args(entry, args, static_cast<std::size_t>(nargs), kwnames, keys, 1, 1, in);
+  nb::handle obj = in[0], device = in[1];
+  std::optional<bool> copy;
+  if (in[2] != Py_None) copy = read_bool(in[2], entry, "copy");
+  PyArray* ours = as_py_array(obj, entry);
+  if (device.is_none()) {
+    if (ours && copy != true) return nb::borrow(obj);
+    return import_dlpack(obj, copy, true, entry);
+  }
+  const int target = device_number(device);
+  if (!ours) return import_dlpack(obj, copy, true, entry, target);
+  auto moved = onto_device(ours->view(), ours->device().device_type, target, copy);
+  return moved ? wrap(std::move(*moved), ours->np_dtype) : nb::borrow(obj);
+}
+
+}  // namespace
 
 void bind_dlpack(nb::module_& m) {
   nb::handle cls = nb::type<PyArray>();
-  cls.attr("__dlpack__") = nb::cpp_function(
-      exit_safe(&dlpack_export), nb::is_method(), nb::scope(cls), nb::name("__dlpack__"),
-      nb::kw_only(), nb::arg("stream") = nb::none(), nb::arg("max_version") = nb::none(),
-      nb::arg("dl_device") = nb::none(), nb::arg("copy") = nb::none(),
+  static PyMethodDef dlpack_def = {
+      "__dlpack__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&dlpack_method)),
+      METH_FASTCALL | METH_KEYWORDS,
+      "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
       "Exports the array as a DLPack capsule ('dltensor_versioned' when max_version >= (1, 0)). "
-      "`stream` is the consumer's: it is made to wait for the array's work (-1: no ordering).");
-  cls.attr("__dlpack_device__") = nb::cpp_function(
-      [](PyArray& self) {
-        const DLDevice d = dlpack_device(self.view);
-        return nb::make_tuple(static_cast<int>(d.device_type), d.device_id);
-      },
-      nb::is_method(), nb::scope(cls), nb::name("__dlpack_device__"));
+      "`stream` is the consumer's: it is made to wait for the array's work (-1: no ordering)."};
+  nb::object method = nb::steal(
+      PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &dlpack_def));
+  if (!method.is_valid()) throw nb::python_error();
+  cls.attr("__dlpack__") = method;
+  static PyMethodDef dlpack_device_def = {"__dlpack_device__", &dlpack_device_method,
+                                          METH_NOARGS,
+                                          "__dlpack_device__($self, /)\n--\n\n"
+                                          "(device type, device id) of the array's memory."};
+  cls.attr("__dlpack_device__") = nb::steal(
+      PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &dlpack_device_def));
   // Static, alive for the whole process, as the exchange API requires.
   cls.attr("__dlpack_c_exchange_api__") = nb::steal(PyCapsule_New(
       const_cast<DLPackExchangeAPI*>(&g_exchange_api), "dlpack_exchange_api", nullptr));
 
-  m.def("from_dlpack", exit_safe([](nb::handle obj, nb::handle device, std::optional<bool> copy) {
-          PyArray* ours = as_py_array(obj, "from_dlpack()");
-          if (device.is_none()) {
-            if (ours && copy != true) return nb::borrow(obj);
-            return wrap(import_dlpack(obj, copy, true, "from_dlpack()"));
-          }
-          const int target = device_number(device);
-          if (!ours) return wrap(import_dlpack(obj, copy, true, "from_dlpack()", target));
-          auto moved = onto_device(ours->view, dlpack_device(ours->view).device_type, target, copy);
-          return moved ? wrap(std::move(*moved), ours->np_dtype) : nb::borrow(obj);
-        }),
-        nb::arg("obj").none(), nb::kw_only(), nb::arg("device").none() = nb::none(),
-        nb::arg("copy") = nb::none(),
-        "A DeviceNDArray from any DLPack producer (no copy). CPU tensors are copied to the "
-        "device only with copy=True or a device. With `device` (a cai.Device or a number), the "
-        "array is on that device: copied there when it is elsewhere (a BufferError with "
-        "copy=False). The producer's work is ordered before cai's with events.");
+  // from_dlpack(obj, *, device=None, copy=None), the hot path: a plain C function (fastcall.h).
+  static PyMethodDef from_dlpack_def = {
+      "from_dlpack",
+      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+          +[](PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+            return fastcall([&] { return from_dlpack_call(args, nargs, kwnames); });
+          })),
+      METH_FASTCALL | METH_KEYWORDS,
+      "from_dlpack(obj, *, device=None, copy=None)\n--\n\n"
+      "A DeviceNDArray from any DLPack producer (no copy). CPU tensors are copied to the "
+      "device only with copy=True or a device. With `device` (a cai.Device or a number), the "
+      "array is on that device: copied there when it is elsewhere (a BufferError with "
+      "copy=False). The producer's work is ordered before cai's with events."};
+  m.attr("from_dlpack") =
+      nb::steal(PyCFunction_NewEx(&from_dlpack_def, nullptr, m.attr("__name__").ptr()));
 }
 
 }  // namespace cai::python

@@ -1,7 +1,9 @@
 // cai::Error -> the Python exception its code stands for; cai.RaceError and cai.DeviceError.
 
+#include "errors.h"
+
+#include "bindings.h"
 #include "cai/core/error.h"
-#include "common.h"
 
 namespace cai::python {
 

@@ -2,10 +2,12 @@
 
 #include <nanobind/stl/string.h>
 
+#include "bindings.h"
 #include "cai/device/backend.h"
-#include "info.h"
 
 namespace cai::python {
+
+namespace nb = nanobind;
 
 void bind_info(nb::module_& m) {
   m.def(

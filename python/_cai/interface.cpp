@@ -1,15 +1,35 @@
-// The CUDA Array Interface in Python: reading a producer's dict (the per-call hot path) and
-// building ours. Only Python types are checked here; the CAI rules live in the core
-// (validate_interface), so every message is written once.
+// The CUDA Array Interface in Python, in both directions. Only Python types are checked here;
+// the CAI rules live in the core (validate_interface), so every message is written once.
+//
+// An import, top to bottom (import_array):
+//   1. our own arrays are taken as they are (one type check);
+//   2. the producer's __cuda_array_interface__ is read in one pass over the dict, keys matched
+//      by identity (collect); plain built-in values (exact ints, str, tuples of ints, None:
+//      reading them runs no Python code) are read in place (read_plain), anything else with
+//      strong references through the generic readers of convert.h (read_generic), which also
+//      write every message about a wrong Python type;
+//   3. the core validates the fields (validate_interface); a typestr is parsed once per
+//      distinct string (DTypeCache);
+//   4. an array with no stream to order after is stored as its checked fields (PyArray's
+//      compact form: nothing is allocated but the Python object); one whose producer names a
+//      stream, or that has a mask, becomes a View at once: the stream is imported now, since
+//      the producer may drop it afterwards.
+// An export (export_interface) clones a dict of the fixed entries cached per array and sets
+// `stream`: the array's stream while work is pending, else None.
+
+#include "interface.h"
 
 #include <nanobind/stl/string.h>
 
 #include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
 
-#include "array.h"
 #include "cai/core/error.h"
+#include "dlpack.h"
+#include "fastcall.h"
+#include "streams.h"
 
 namespace cai::python {
 
@@ -30,6 +50,122 @@ const Keys& keys() {
                          PyUnicode_InternFromString("stream"),
                          PyUnicode_InternFromString("__cuda_array_interface__")};
   return k;
+}
+
+// ----- reading a dict ------------------------------------------------------------------------
+
+enum Slot { kShape, kTypestr, kData, kVersion, kStrides, kDescr, kMask, kStream, kSlots };
+
+// The values of the keys cai reads, borrowed from the dict.
+struct Values {
+  PyObject* v[kSlots] = {};
+  PyObject* operator[](Slot s) const { return v[s]; }
+};
+
+// One pass over the dict: keys are matched by identity (producers' literal keys are interned
+// like ours), by value otherwise. Cheaper than eight hashed lookups of a six-entry dict.
+Values collect(PyObject* d) {
+  const Keys& k = keys();
+  PyObject* const slot_keys[kSlots] = {k.shape,   k.typestr, k.data, k.version,
+                                       k.strides, k.descr,   k.mask, k.stream};
+  Values out;
+  Py_ssize_t pos = 0;
+  PyObject *key, *item;
+  while (PyDict_Next(d, &pos, &key, &item)) {
+    int slot = 0;
+    while (slot < kSlots && slot_keys[slot] != key) ++slot;
+    if (slot == kSlots && PyUnicode_Check(key)) {
+      slot = 0;
+      while (slot < kSlots && PyUnicode_Compare(slot_keys[slot], key) != 0) ++slot;
+    }
+    if (slot < kSlots) out.v[slot] = item;
+  }
+  return out;
+}
+
+bool int_tuple(PyObject* o) {
+  if (!PyTuple_CheckExact(o)) return false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+    if (!PyLong_CheckExact(PyTuple_GET_ITEM(o, i))) return false;
+  return true;
+}
+
+// Whether every value read is a plain built-in value, which reading runs no Python code for
+// (no __index__, no __bool__, no property): exact ints, str, tuples, None and bools.
+bool plain(const Values& x) {
+  const auto none_or = [](PyObject* o, bool (*ok)(PyObject*)) {
+    return o == nullptr || o == Py_None || ok(o);
+  };
+  PyObject* data = x[kData];
+  return (x[kShape] == nullptr || int_tuple(x[kShape])) &&
+         (x[kTypestr] == nullptr || PyUnicode_CheckExact(x[kTypestr])) &&
+         (data == nullptr || (PyTuple_CheckExact(data) && PyTuple_GET_SIZE(data) == 2 &&
+                              PyLong_CheckExact(PyTuple_GET_ITEM(data, 0)) &&
+                              PyBool_Check(PyTuple_GET_ITEM(data, 1)))) &&
+         (x[kVersion] == nullptr || PyLong_CheckExact(x[kVersion])) &&
+         none_or(x[kStrides], int_tuple) && (x[kDescr] == nullptr || x[kDescr] == Py_None) &&
+         (x[kMask] == nullptr || x[kMask] == Py_None) &&
+         none_or(x[kStream], [](PyObject* o) { return PyLong_CheckExact(o) != 0; });
+}
+
+bool read_int(PyObject* o, std::int64_t& out) {
+  int overflow = 0;
+  out = PyLong_AsLongLongAndOverflow(o, &overflow);
+  return overflow == 0;
+}
+
+bool read_int_tuple(PyObject* t, Dims& out) {
+  const Py_ssize_t n = PyTuple_GET_SIZE(t);
+  if (n > max_ndim) return false;
+  std::int64_t values[max_ndim];
+  for (Py_ssize_t i = 0; i < n; ++i)
+    if (!read_int(PyTuple_GET_ITEM(t, i), values[i])) return false;
+  out.assign(std::span<const std::int64_t>(values, static_cast<std::size_t>(n)));
+  return true;
+}
+
+// Reads plain values in place. False when one needs the generic reader (an int out of range,
+// a str that is no UTF-8), which then says what is wrong.
+bool read_plain(const Values& x, InterfaceFields& f) {
+  if (PyObject* o = x[kShape]) {
+    if (!read_int_tuple(o, f.shape)) return false;
+    f.has_shape = true;
+  }
+  if (PyObject* o = x[kTypestr]) {
+    Py_ssize_t n = 0;
+    const char* s = PyUnicode_AsUTF8AndSize(o, &n);
+    if (!s) {
+      PyErr_Clear();
+      return false;
+    }
+    f.typestr = {s, static_cast<std::size_t>(n)};
+    f.has_typestr = true;
+  }
+  if (PyObject* o = x[kData]) {
+    // unsigned long is 64 bits here, and its reader is much faster than the long long one.
+    static_assert(sizeof(unsigned long) == sizeof(std::uint64_t));
+    f.ptr = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(o, 0));
+    if (f.ptr == static_cast<unsigned long>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();
+      return false;
+    }
+    f.read_only = PyTuple_GET_ITEM(o, 1) == Py_True;
+    f.has_data = true;
+  }
+  if (PyObject* o = x[kVersion]) {
+    if (!read_int(o, f.version)) return false;
+    f.has_version = true;
+  }
+  if (PyObject* o = x[kStrides]) {
+    f.strides_state = o == Py_None ? Presence::none : Presence::given;
+    if (o != Py_None && !read_int_tuple(o, f.strides)) return false;
+  }
+  if (x[kMask] == Py_None) f.mask_state = Presence::none;
+  if (PyObject* o = x[kStream]) {
+    f.stream_state = o == Py_None ? Presence::none : Presence::given;
+    if (o != Py_None && !read_int(o, f.stream)) return false;
+  }
+  return true;
 }
 
 std::string_view read_str(PyObject* o, const char* key) {
@@ -65,21 +201,278 @@ void read_data(PyObject* o, InterfaceFields& f) {
   f.read_only = read_only == 1;
 }
 
-// The stream state of an imported array, owned by the Python object that keeps its memory
-// alive (keep_alive): the garbage collector can then see through arrays (PyArray).
-View view_from_validated(Interface&& itf, nb::handle owner, bool sync,
-                         std::optional<device::StreamHandle>* deferred) {
-  // The producer's stream: kept as a handle when it is a default stream, else stood for by an
-  // event recorded on it now (the producer may destroy it before the first use).
-  const bool ordered = sync && itf.stream && config().import_sync;
-  if (ordered && deferred) *deferred = *itf.stream;
-  auto state = ordered && !deferred ? sync::SyncState::imported(device::backend(), *itf.stream)
+// Reads any values under the integer policy of convert.h, from `held`: strong references,
+// because reading one can run Python code (__index__, __bool__) that changes the dict and
+// would free the others. The mask is read by the caller.
+void read_generic(const nb::object (&held)[kSlots], InterfaceFields& f) {
+  if (PyObject* o = held[kShape].ptr()) {
+    f.shape = read_dims(o, "shape", DimsForm::cai_key);
+    f.has_shape = true;
+  }
+  if (PyObject* o = held[kTypestr].ptr()) {
+    f.typestr = read_str(o, "typestr");
+    f.has_typestr = true;
+  }
+  if (PyObject* o = held[kData].ptr()) read_data(o, f);
+  if (PyObject* o = held[kVersion].ptr()) {
+    f.version = read_int64(o, "version", "an int");
+    f.has_version = true;
+  }
+  if (PyObject* o = held[kStrides].ptr()) {
+    if (o == Py_None) {
+      f.strides_state = Presence::none;
+    } else {
+      f.strides = read_dims(o, "strides", DimsForm::cai_key);
+      f.strides_state = Presence::given;
+    }
+  }
+  if (PyObject* o = held[kDescr].ptr(); o && o != Py_None) {
+    f.descr = descr_from_python(o);
+    f.has_descr = true;
+  }
+  if (PyObject* o = held[kStream].ptr()) {
+    if (o == Py_None) {
+      f.stream_state = Presence::none;
+    } else {
+      f.stream = read_int64(o, "stream", "None or an int");
+      f.stream_state = Presence::given;
+    }
+  }
+}
+
+// Typestrs parsed before, by the str object (producers pass the same, often interned, str each
+// time) and else by its text. Valid with the GIL held; entries are replaced round-robin.
+class DTypeCache {
+ public:
+  const DType* find(PyObject* key, std::string_view text) const noexcept {
+    for (const Entry& e : entries_)
+      if (e.key == key) return &e.dtype;
+    for (const Entry& e : entries_)
+      if (e.key && e.text == text) return &e.dtype;
+    return nullptr;
+  }
+  void add(PyObject* key, std::string_view text, const DType& dtype) {
+    if (text.size() > sizeof(Entry::text_buf)) return;
+    Entry& e = entries_[next_++ % kEntries];
+    Py_XDECREF(e.key);  // a str: its deallocation runs no Python code
+    e.key = Py_NewRef(key);
+    std::memcpy(e.text_buf, text.data(), text.size());
+    e.text = {e.text_buf, text.size()};
+    e.dtype = dtype;
+  }
+
+ private:
+  static constexpr std::size_t kEntries = 8;
+  struct Entry {
+    PyObject* key = nullptr;
+    char text_buf[16] = {};
+    std::string_view text;
+    DType dtype;
+  };
+  Entry entries_[kEntries];
+  std::size_t next_ = 0;
+};
+DTypeCache& dtype_cache() {
+  static auto* cache = new DTypeCache;  // leaked: its entries hold Python strings
+  return *cache;
+}
+
+// A View of a validated dict (below).
+View view_of(Interface&& itf, std::shared_ptr<const View> mask, nb::handle owner, bool sync,
+             std::optional<device::StreamHandle>* deferred);
+
+// The core's validation, a typestr seen before not parsed again (the descr, if any, is still
+// checked against it).
+Interface validate(InterfaceFields& f, PyObject* typestr) {
+  DTypeCache& cache = dtype_cache();
+  const DType* known = f.has_typestr ? cache.find(typestr, f.typestr) : nullptr;
+  f.dtype = known;
+  Interface itf = validate_interface(f);
+  if (!known && f.has_typestr && !f.has_descr && PyUnicode_CheckExact(typestr))
+    cache.add(typestr, f.typestr, itf.dtype);
+  return itf;
+}
+
+Interface read_interface(nb::handle desc, bool sync, const char* entry, int depth,
+                         std::shared_ptr<const View>* mask);
+
+// Any dict: strong references to its values, the generic readers and their messages, and the
+// mask, imported first into `mask` (it must stay alive too).
+Interface read_any(const Values& x, bool sync, const char* entry, int depth,
+                   std::shared_ptr<const View>* mask) {
+  nb::object held[kSlots];
+  for (int s = 0; s < kSlots; ++s) held[s] = nb::borrow(x.v[s]);
+  InterfaceFields f;
+  read_generic(held, f);
+  std::optional<Interface> mask_itf;
+  if (PyObject* o = held[kMask].ptr()) {
+    if (o == Py_None) {
+      f.mask_state = Presence::none;
+    } else {
+      if (depth >= max_mask_depth)
+        throw_error(Errc::value_error, std::string(entry) + ": mask: masks nested more than " +
+                                           std::to_string(max_mask_depth) +
+                                           " levels deep (a cycle of masks?)");
+      PyObject* mask_desc = call_python([&] { return PyObject_GetAttr(o, keys().cai); });
+      if (!mask_desc) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
+        PyErr_Clear();
+        throw_key_type_error("mask", type_name_of(o),
+                             "None or an object with __cuda_array_interface__");
+      }
+      nb::object md = nb::steal(mask_desc);
+      std::shared_ptr<const View> its_mask;
+      Interface m = read_interface(md, sync, entry, depth + 1, &its_mask);
+      *mask = std::make_shared<const View>(
+          view_of(std::move(m), std::move(its_mask), nb::handle(o), sync, nullptr));
+      mask_itf.emplace();
+      mask_itf->dtype = (*mask)->dtype();
+      mask_itf->layout = (*mask)->layout();
+      mask_itf->ptr = (*mask)->ptr();
+      f.mask = &*mask_itf;
+      f.mask_state = Presence::given;
+    }
+  }
+  return validate(f, held[kTypestr].ptr());
+}
+
+// The dict, read and validated: plain values in place, anything else by read_any. The mask's
+// View, if any, goes to `mask`.
+Interface read_interface(nb::handle desc, bool sync, const char* entry, int depth,
+                         std::shared_ptr<const View>* mask) {
+  PyObject* d = desc.ptr();
+  if (!PyDict_Check(d))
+    throw_error(
+        Errc::type_error,
+        std::string(entry) + ": __cuda_array_interface__ must be a dict, got " + type_name_of(d));
+  const Values x = collect(d);
+  if (plain(x)) {
+    InterfaceFields f;
+    if (read_plain(x, f)) return validate(f, x[kTypestr]);
+  }
+  return read_any(x, sync, entry, depth, mask);
+}
+
+// Whether the producer's stream is to be ordered after.
+bool ordered(const Interface& itf, bool sync) {
+  return sync && itf.stream && config().import_sync;
+}
+
+// Whether the producer named no stream, its later work to be ordered after ours through the
+// legacy stream (sync::SyncState::imported_without_stream).
+bool unnamed(const Interface& itf, bool sync) {
+  return sync && !itf.stream && config().import_sync;
+}
+
+// A View of a validated dict. The producer's stream: kept as a handle when it is a default
+// stream, else stood for by an event recorded on it now (the producer may destroy it before
+// the first use).
+View view_of(Interface&& itf, std::shared_ptr<const View> mask, nb::handle owner, bool sync,
+             std::optional<device::StreamHandle>* deferred) {
+  const bool order = ordered(itf, sync);
+  if (order && deferred) *deferred = *itf.stream;
+  auto state = order && !deferred ? sync::SyncState::imported(device::backend(), *itf.stream)
+               : unnamed(itf, sync) ? sync::SyncState::imported_without_stream()
                                     : std::make_shared<sync::SyncState>();
-  return View(itf.ptr, std::move(itf.dtype), std::move(itf.layout), itf.readonly, std::move(state),
-              keep_alive(owner));
+  View v(itf.ptr, std::move(itf.dtype), std::move(itf.layout), itf.readonly, std::move(state),
+         keep_alive(owner));
+  if (mask) v.set_mask(std::move(mask));
+  return v;
+}
+
+// cai.Array (python/cai/_tile.py) wraps a cai array: its view, not an export and import of
+// it (which would name the legacy stream for an array imported from a foreign stream).
+PyArray* tile_array(nb::handle obj) {
+  static PyObject* type = [] {
+    nb::object t = nb::module_::import_("cai._tile").attr("Array");
+    return t.release().ptr();  // kept for the process
+  }();
+  if (Py_TYPE(obj.ptr()) != reinterpret_cast<PyTypeObject*>(type)) return nullptr;
+  return as_py_array(nb::getattr(obj, "_data"));
+}
+
+// obj.__cuda_array_interface__, or an invalid object when obj has none.
+nb::object interface_of(nb::handle obj) {
+  PyObject* desc = call_python([&] { return PyObject_GetAttr(obj.ptr(), keys().cai); });
+  if (desc) return nb::steal(desc);
+  if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
+  PyErr_Clear();
+  return {};
+}
+
+[[noreturn]] void not_a_gpu_array(nb::handle obj, const char* entry) {
+  throw_error(Errc::type_error, std::string(entry) + ": " + type_name_of(obj.ptr()) +
+                                    " object has no __cuda_array_interface__ (expected a GPU "
+                                    "array: cai, CuPy, PyTorch, Numba, JAX, ...)");
 }
 
 }  // namespace
+
+// ----- import --------------------------------------------------------------------------------
+
+nb::object import_array(nb::handle obj, bool sync, const char* entry,
+                        std::optional<device::StreamHandle>* deferred) {
+  if (as_py_array(obj, entry)) return nb::borrow(obj);
+  if (PyArray* a = tile_array(obj)) return wrap(a->view());
+  nb::object desc = interface_of(obj);
+  if (!desc.is_valid()) {
+    // No CAI: DLPack is the other road onto the device.
+    if (has_dlpack(obj)) return import_dlpack(obj, std::nullopt, sync, entry);
+    not_a_gpu_array(obj, entry);
+  }
+  return import_interface(desc, obj, sync, entry, deferred);
+}
+
+nb::object import_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry,
+                            std::optional<device::StreamHandle>* deferred) {
+  std::shared_ptr<const View> mask;
+  Interface itf = read_interface(desc, sync, entry, 0, &mask);
+  const bool order = ordered(itf, sync);
+  // The default streams are named as they are; any other is stood for by an event.
+  const bool named = order && (*itf.stream == device::kLegacyDefaultStream ||
+                               *itf.stream == device::kPerThreadDefaultStream);
+  if (mask || (order && !named && !deferred))
+    return wrap(view_of(std::move(itf), std::move(mask), owner, sync, nullptr));
+  ImportStream stream;
+  stream.unnamed_producer = unnamed(itf, sync);
+  if (named)
+    stream.stream = sync::StreamRef(*itf.stream);
+  else if (order)
+    *deferred = *itf.stream;
+  return wrap_import(itf.ptr, std::move(itf.dtype), std::move(itf.layout), itf.readonly,
+                     ImportOwner::python(owner), std::move(stream));
+}
+
+View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry,
+                         std::optional<device::StreamHandle>* deferred) {
+  std::shared_ptr<const View> mask;
+  Interface itf = read_interface(desc, sync, entry, 0, &mask);
+  return view_of(std::move(itf), std::move(mask), owner, sync, deferred);
+}
+
+ViewArg::ViewArg(nb::handle obj, bool sync, const char* entry,
+                 std::optional<device::StreamHandle>* deferred) {
+  if ((ours_ = as_py_array(obj, entry)) != nullptr) {
+    view_ = &ours_->view();
+    return;
+  }
+  if (PyArray* a = tile_array(obj)) {
+    view_ = &a->view();
+    return;
+  }
+  nb::object desc = interface_of(obj);
+  if (desc.is_valid()) {
+    imported_.emplace(view_from_interface(desc, obj, sync, entry, deferred));
+    view_ = &*imported_;
+  } else if (has_dlpack(obj)) {
+    held_ = import_dlpack(obj, std::nullopt, sync, entry);
+    view_ = &as_py_array(held_)->view();
+  } else {
+    not_a_gpu_array(obj, entry);
+  }
+}
+
+// ----- descr ---------------------------------------------------------------------------------
 
 std::vector<DescrEntry> descr_from_python(nb::handle list, int depth) {
   if (depth > 32) throw_error(Errc::value_error, "descr: nested more than 32 levels deep");
@@ -131,136 +524,14 @@ nb::list descr_to_python(const std::vector<DescrEntry>& descr) {
   return out;
 }
 
-View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry, int depth,
-                         std::optional<device::StreamHandle>* deferred) {
-  PyObject* d = desc.ptr();
-  if (!PyDict_Check(d))
-    throw_error(
-        Errc::type_error,
-        std::string(entry) + ": __cuda_array_interface__ must be a dict, got " + type_name_of(d));
-  const Keys& k = keys();
-  // One pass over the dict: keys are matched by identity (producers' literal keys are interned
-  // like ours), by value otherwise. Cheaper than eight hashed lookups of a six-entry dict.
-  enum Slot { kShape, kTypestr, kData, kVersion, kStrides, kDescr, kMask, kStream, kSlots };
-  PyObject* const slot_keys[kSlots] = {k.shape,   k.typestr, k.data, k.version,
-                                       k.strides, k.descr,   k.mask, k.stream};
-  // Strong references: reading one value can run Python code (__index__, a mask's
-  // property) that changes the dict and would free the others (the typestr is read in place).
-  nb::object value[kSlots];
-  Py_ssize_t pos = 0;
-  PyObject *key, *item;
-  while (PyDict_Next(d, &pos, &key, &item)) {
-    int slot = 0;
-    while (slot < kSlots && slot_keys[slot] != key) ++slot;
-    if (slot == kSlots && PyUnicode_Check(key)) {
-      slot = 0;
-      while (slot < kSlots && PyUnicode_Compare(slot_keys[slot], key) != 0) ++slot;
-    }
-    if (slot < kSlots) value[slot] = nb::borrow(item);
-  }
-  InterfaceFields f;
-  if (PyObject* o = value[kShape].ptr()) {
-    f.shape = read_dims(o, "shape", DimsForm::cai_key);
-    f.has_shape = true;
-  }
-  if (PyObject* o = value[kTypestr].ptr()) {
-    f.typestr = read_str(o, "typestr");
-    f.has_typestr = true;
-  }
-  if (PyObject* o = value[kData].ptr()) read_data(o, f);
-  if (PyObject* o = value[kVersion].ptr()) {
-    f.version = read_int64(o, "version", "an int");
-    f.has_version = true;
-  }
-  if (PyObject* o = value[kStrides].ptr()) {
-    if (o == Py_None) {
-      f.strides_state = Presence::none;
-    } else {
-      f.strides = read_dims(o, "strides", DimsForm::cai_key);
-      f.strides_state = Presence::given;
-    }
-  }
-  if (PyObject* o = value[kDescr].ptr(); o && o != Py_None) {
-    f.descr = descr_from_python(o);
-    f.has_descr = true;
-  }
-  if (PyObject* o = value[kStream].ptr()) {
-    if (o == Py_None) {
-      f.stream_state = Presence::none;
-    } else {
-      f.stream = read_int64(o, "stream", "None or an int");
-      f.stream_state = Presence::given;
-    }
-  }
-  // The mask is an object with its own interface: import it first (it must stay alive too).
-  std::shared_ptr<const View> mask_view;
-  std::optional<Interface> mask_itf;
-  if (PyObject* o = value[kMask].ptr()) {
-    if (o == Py_None) {
-      f.mask_state = Presence::none;
-    } else {
-      if (depth >= max_mask_depth)
-        throw_error(Errc::value_error, std::string(entry) + ": mask: masks nested more than " +
-                                           std::to_string(max_mask_depth) +
-                                           " levels deep (a cycle of masks?)");
-      PyObject* mask_desc = call_python([&] { return PyObject_GetAttr(o, k.cai); });
-      if (!mask_desc) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
-        PyErr_Clear();
-        throw_key_type_error("mask", type_name_of(o),
-                             "None or an object with __cuda_array_interface__");
-      }
-      nb::object md = nb::steal(mask_desc);
-      mask_view = std::make_shared<const View>(
-          view_from_interface(md, nb::handle(o), sync, entry, depth + 1));
-      mask_itf.emplace();
-      mask_itf->dtype = mask_view->dtype();
-      mask_itf->layout = mask_view->layout();
-      mask_itf->ptr = mask_view->ptr();
-      f.mask = &*mask_itf;
-      f.mask_state = Presence::given;
-    }
-  }
-  Interface itf = validate_interface(f);
-  View v = view_from_validated(std::move(itf), owner, sync, deferred);
-  if (mask_view) v.set_mask(std::move(mask_view));
-  return v;
-}
-
-// cai.Array (python/cai/_tile.py) wraps a cai array: its view, not an export and import of
-// it (which would name the legacy stream for an array imported from a foreign stream).
-PyArray* tile_array(nb::handle obj) {
-  static PyObject* type = [] {
-    nb::object t = nb::module_::import_("cai._tile").attr("Array");
-    return t.release().ptr();  // kept for the process
-  }();
-  if (Py_TYPE(obj.ptr()) != reinterpret_cast<PyTypeObject*>(type)) return nullptr;
-  return as_py_array(nb::getattr(obj, "_data"));
-}
-
-View import_view(nb::handle obj, bool sync, const char* entry,
-                 std::optional<device::StreamHandle>* deferred) {
-  if (PyArray* a = as_py_array(obj, entry)) return a->view;
-  if (PyArray* a = tile_array(obj)) return a->view;
-  PyObject* desc = call_python([&] { return PyObject_GetAttr(obj.ptr(), keys().cai); });
-  if (!desc) {
-    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
-    PyErr_Clear();
-    // No CAI: DLPack is the other road onto the device.
-    if (has_dlpack(obj)) return import_dlpack(obj, std::nullopt, sync, entry);
-    throw_error(Errc::type_error, std::string(entry) + ": " + type_name_of(obj.ptr()) +
-                                      " object has no __cuda_array_interface__ (expected a GPU "
-                                      "array: cai, CuPy, PyTorch, Numba, JAX, ...)");
-  }
-  nb::object d = nb::steal(desc);
-  return view_from_interface(d, obj, sync, entry, 0, deferred);
-}
+// ----- export --------------------------------------------------------------------------------
 
 namespace {
 
-// Everything of the dict but `stream`, which can change (data without a stream adopts one),
-// and `descr`, a list the consumer may mutate.
-nb::dict export_fixed_part(const View& v) {
+// Everything of the dict but `stream`, which can change, and `descr`, a list the consumer may
+// mutate.
+nb::dict export_fixed_part(std::uint64_t ptr, const DType& t, const Layout& layout, bool readonly,
+                           const View* mask) {
   const Keys& k = keys();
   static PyObject* version3 = PyLong_FromLong(3);
   nb::dict d;
@@ -268,34 +539,30 @@ nb::dict export_fixed_part(const View& v) {
   auto set = [&](PyObject* key, nb::handle value) {
     if (PyDict_SetItem(dp, key, value.ptr()) != 0) throw nb::python_error();
   };
-  set(k.shape, to_tuple(v.shape()));
-  const DType& t = v.dtype();
+  set(k.shape, to_tuple(layout.shape()));
   set(k.typestr, nb::str(t.str().c_str()));
-  set(k.data, nb::make_tuple(nb::int_(v.ptr()), nb::bool_(v.readonly())));
+  set(k.data, nb::make_tuple(nb::int_(ptr), nb::bool_(readonly)));
   set(k.version, nb::handle(version3));
-  if (v.layout().is_c_contiguous())
+  if (layout.is_c_contiguous())
     set(k.strides, nb::none());
   else
-    set(k.strides, to_tuple(v.strides()));
-  if (v.mask()) {
-    // The mask is exported as an object with its own interface, as the CAI requires.
-    set(k.mask, wrap(*v.mask()));
-  }
+    set(k.strides, to_tuple(layout.strides()));
+  // The mask is exported as an object with its own interface, as the CAI requires.
+  if (mask) set(k.mask, wrap(*mask));
   // A placeholder, so that setting the real stream in a copy replaces a value: adding a key
   // to an exactly sized copy would resize it.
   set(k.stream, nb::none());
   return d;
 }
 
-nb::dict with_stream(nb::dict d, const View& v) {
-  if (v.dtype().is_structured()) {
-    nb::list descr = descr_to_python(v.dtype().descr());
+nb::dict with_stream(nb::dict d, const DType& t, std::optional<device::StreamHandle> stream) {
+  if (t.is_structured()) {
+    nb::list descr = descr_to_python(t.descr());
     if (PyDict_SetItem(d.ptr(), keys().descr, descr.ptr()) != 0) throw nb::python_error();
   }
-  const auto stream =
-      config().export_stream ? v.sync()->export_handle(device::backend()) : std::nullopt;
+  if (!stream) return d;  // the placeholder None stays
   // Small ints are cached by CPython; handles are not, but cost one allocation.
-  nb::object value = stream ? nb::object(nb::int_(*stream)) : nb::object(nb::none());
+  nb::object value = nb::int_(*stream);
   if (PyDict_SetItem(d.ptr(), keys().stream, value.ptr()) != 0) throw nb::python_error();
   return d;
 }
@@ -303,16 +570,61 @@ nb::dict with_stream(nb::dict d, const View& v) {
 }  // namespace
 
 nb::dict export_interface(const View& v) {
-  return with_stream(export_fixed_part(v), v);
+  const auto stream =
+      config().export_stream ? v.sync()->export_handle(device::backend()) : std::nullopt;
+  return with_stream(export_fixed_part(v.ptr(), v.dtype(), v.layout(), v.readonly(), v.mask().get()),
+                     v.dtype(), stream);
 }
 
 nb::dict export_interface(PyArray& a) {
   // The immutable entries are built once per array; each read gets its own dict (consumers
   // may mutate it), copied from them, which is a single fast dict clone.
-  if (!a.cai_fixed.is_valid()) a.cai_fixed = export_fixed_part(a.view);
+  if (!a.cai_fixed.is_valid()) {
+    const View* mask = a.masked() ? a.view().mask().get() : nullptr;
+    a.cai_fixed = export_fixed_part(a.ptr(), a.dtype(), a.layout(), a.readonly(), mask);
+  }
   nb::dict d = nb::steal<nb::dict>(PyDict_Copy(a.cai_fixed.ptr()));
   if (!d.is_valid()) throw nb::python_error();
-  return with_stream(std::move(d), a.view);
+  if (!a.readonly()) note_write();  // the reader may write
+  return with_stream(std::move(d), a.dtype(),
+                     config().export_stream ? a.export_stream() : std::nullopt);
+}
+
+void bind_interface(nb::module_& m) {
+  auto cls = nb::borrow<nb::class_<PyArray>>(m.attr("DeviceNDArray"));
+  cls.def_prop_ro("__cuda_array_interface__",
+                  exit_safe([](PyArray& a) { return export_interface(a); }));
+  // as_cuda_array(obj, sync=True), the hot path: a plain C function (fastcall.h).
+  static PyMethodDef as_cuda_array_def = {
+      "as_cuda_array",
+      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+          +[](PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+            return fastcall([&] {
+              static const std::array<PyObject*, 2> names = {PyUnicode_InternFromString("obj"),
+                                                             PyUnicode_InternFromString("sync")};
+              std::array<PyObject*, 2> in = {nullptr, Py_True};
+              constexpr const char* entry = "as_cuda_array()";
+              read_args(entry, args, static_cast<std::size_t>(nargs), kwnames, names, 2, 1, in);
+              return import_array(in[0], read_bool(in[1], entry, "sync"), entry);
+            });
+          })),
+      METH_FASTCALL | METH_KEYWORDS,
+      "as_cuda_array(obj, sync=True)\n--\n\n"
+      "A DeviceNDArray viewing any object with __cuda_array_interface__ (no copy); keeps `obj` "
+      "alive. With sync (and cai.config.CUDA_ARRAY_INTERFACE_SYNC), the producer's stream "
+      "becomes the array's stream and later work is ordered after it with events."};
+  m.attr("as_cuda_array") =
+      nb::steal(PyCFunction_NewEx(&as_cuda_array_def, nullptr, m.attr("__name__").ptr()));
+  m.def("from_cuda_array_interface", exit_safe([](nb::handle desc, nb::handle owner, bool sync) {
+          return import_interface(desc, owner, sync, "from_cuda_array_interface()");
+        }),
+        nb::arg("desc").none(), nb::arg("owner").none() = nb::none(), nb::arg("sync") = true,
+        "A DeviceNDArray from a CAI dict; keeps `owner` alive if given.");
+  m.def("is_cuda_array", exit_safe([](nb::handle obj) {
+          return as_py_array(obj, "is_cuda_array()") != nullptr ||
+                 nb::hasattr(obj, "__cuda_array_interface__");
+        }),
+        nb::arg("obj").none());
 }
 
 }  // namespace cai::python

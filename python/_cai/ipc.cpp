@@ -14,7 +14,9 @@
 #include "cai/arrays/ipc.h"
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
-#include "common.h"
+#include "bindings.h"
+#include "gil.h"
+#include "streams.h"
 
 namespace cai::python {
 
@@ -251,8 +253,8 @@ void bind_ipc(nb::module_& m) {
   nb::handle array = nb::type<PyArray>();
   array.attr("get_ipc_handle") = nb::cpp_function(
       [](PyArray& self) {
-        nb::object dtype = numpy_dtype(self.view.dtype());
-        return PyIpcHandle(ipc_export(self.view), std::move(dtype), false);
+        nb::object dtype = array_dtype(self);
+        return PyIpcHandle(ipc_export(self.view()), std::move(dtype), false);
       },
       nb::is_method(), nb::scope(array), nb::name("get_ipc_handle"),
       "A cai.IpcHandle that another process of this machine opens to use this array's memory "

@@ -10,9 +10,9 @@
 #include "cai/arrays/ipc.h"
 #include "cai/core/interface.h"
 #include "cai/version.h"
-#include "common.h"
-#include "info.h"
-#include "shape_ops.h"
+#include "bindings.h"
+#include "config.h"
+#include "gil.h"
 
 #define CAI_STR2(x) #x
 #define CAI_STR(x) CAI_STR2(x)
@@ -67,7 +67,9 @@ NB_MODULE(_cai, m) {
   bind_core(m);
   bind_device(m);
   bind_array(m);
+  bind_indexing(m);
   bind_shape_ops(m);
+  bind_interface(m);
   bind_ops(m);
   bind_dlpack(m);
   bind_capi(m);

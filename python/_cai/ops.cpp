@@ -3,44 +3,72 @@
 // array written, else the library default). copy and fill move bytes; the elementwise
 // operations (add, ...) are bound from the table in cai/device/operations.h.
 
+#include <array>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "array.h"
+#include "bindings.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/error.h"
+#include "fastcall.h"
+#include "interface.h"
+#include "streams.h"
 
 namespace cai::python {
 
 namespace {
 
-sync::StreamRef op_stream(nb::handle stream, const View& written, const char* entry) {
-  auto fallback = written.sync()->stream();
-  return stream_arg(stream, entry, fallback ? *fallback : library_default_stream());
+PyObject* zero() {
+  static PyObject* z = PyLong_FromLong(0);
+  return z;
 }
 
-template <std::size_t>
-using Handle = nb::handle;
+sync::StreamRef op_stream(nb::handle stream, const View& written, const char* entry) {
+  if (stream.is_none() || stream.ptr() == zero()) return stream_or_default(written);
+  return stream_arg(stream, entry, stream_or_default(written));
+}
 
-// ops.<name>(a, [b,] out, stream=0) for an operation with N inputs.
-template <std::size_t N, std::size_t... I>
-void bind_elementwise(nb::module_& ops, device::ElementwiseOp op, std::index_sequence<I...>) {
-  static_assert(N <= device::max_elementwise_inputs);
-  const device::ElementwiseOpInfo& info = device::info(op);
-  ops.def(
-      info.name.data(),
-      [op, entry = std::string(info.name) + "()"](Handle<I>... in, nb::handle out,
-                                                  nb::handle stream) {
-        const View inputs[] = {import_view(in, true, entry.c_str())...};
-        const View vo = import_view(out, true, entry.c_str());
-        const View* pointers[] = {&inputs[I]...};
-        const auto st = op_stream(stream, vo, entry.c_str());
-        note_write();
-        NoGil nogil;  // the backend may wait (staging without memory pools)
-        elementwise(op, vo, pointers, st);
-      },
-      nb::arg(device::elementwise_operand_name(I + 1).data())..., nb::arg("out"),
-      nb::arg("stream").none() = 0, info.summary.data());
+// ops.<name>(a, [b,] out, stream=0): one plain C function per operation (fastcall.h), the
+// operation's number Op with N inputs.
+template <int Op, std::size_t N = static_cast<std::size_t>(
+                      device::info(static_cast<device::ElementwiseOp>(Op)).inputs)>
+PyObject* elementwise_call(PyObject*, PyObject* const* args, Py_ssize_t nargs,
+                           PyObject* kwnames) noexcept {
+  return fastcall([&] {
+    constexpr auto op = static_cast<device::ElementwiseOp>(Op);
+    // The argument names ("a", "b", "out", "stream") and "add()", ...: made once.
+    static const std::array<PyObject*, N + 2> names = [] {
+      std::array<PyObject*, N + 2> n{};
+      for (std::size_t k = 0; k < N; ++k)
+        n[k] = PyUnicode_InternFromString(device::elementwise_operand_name(k + 1).data());
+      n[N] = PyUnicode_InternFromString("out");
+      n[N + 1] = PyUnicode_InternFromString("stream");
+      return n;
+    }();
+    static const auto entries = [] {
+      std::array<std::string, device::elementwise_op_count> e;
+      for (int i = 0; i < device::elementwise_op_count; ++i)
+        e[i] = std::string(device::info(static_cast<device::ElementwiseOp>(i)).name) + "()";
+      return e;
+    }();
+    const char* entry = entries[static_cast<int>(op)].c_str();
+    std::array<PyObject*, N + 2> in{};
+    in[N + 1] = zero();
+    read_args(entry, args, static_cast<std::size_t>(nargs), kwnames, names, N + 2, N + 1, in);
+    const ViewArg vo(in[N], true, entry);
+    std::optional<ViewArg> inputs[N];
+    const View* views[N];
+    for (std::size_t k = 0; k < N; ++k) views[k] = inputs[k].emplace(in[k], true, entry).get();
+    const auto st = op_stream(in[N + 1], *vo, entry);
+    note_write();
+    {
+      NoGil nogil;  // the backend may wait (staging without memory pools)
+      elementwise(op, *vo, views, st);
+    }
+    return nb::none();
+  });
 }
 
 }  // namespace
@@ -50,44 +78,50 @@ void bind_ops(nb::module_& m) {
   ops.def(
       "copy",
       [](nb::handle dst, nb::handle src, nb::handle stream) {
-        View d = import_view(dst, true, "copy()");
-        View s = import_view(src, true, "copy()");
-        const auto st = op_stream(stream, d, "copy()");
+        const ViewArg d(dst, true, "copy()");
+        const ViewArg s(src, true, "copy()");
+        const auto st = op_stream(stream, *d, "copy()");
         note_write();
         NoGil nogil;  // the backend may wait (staging without memory pools)
-        copy(d, s, st);
+        copy(*d, *s, st);
       },
       nb::arg("dst"), nb::arg("src"), nb::arg("stream").none() = 0,
       "dst[...] = src; equal shapes and dtypes, any strides.");
   ops.def(
       "fill",
       [](nb::handle arr, nb::handle value, nb::handle stream) {
-        View d = import_view(arr, true, "fill()");
-        nb::object scalar = numpy_module().attr("asarray")(value, numpy_dtype(d.dtype()));
+        const ViewArg d(arr, true, "fill()");
+        nb::object scalar = numpy_module().attr("asarray")(value, numpy_dtype(d->dtype()));
         if (nb::cast<int>(scalar.attr("ndim")) != 0)
           throw_error(Errc::type_error, "fill(): value must be a scalar");
         nb::bytes raw = nb::borrow<nb::bytes>(scalar.attr("tobytes")());
-        const auto st = op_stream(stream, d, "fill()");
+        const auto st = op_stream(stream, *d, "fill()");
         note_write();
         NoGil nogil;  // the backend may wait (staging without memory pools)
-        fill(d, raw.c_str(), st);
+        fill(*d, raw.c_str(), st);
       },
       nb::arg("arr"), nb::arg("value"), nb::arg("stream").none() = 0,
       "Sets every element of arr to value (converted by NumPy's rules).");
   // The elementwise operations, one function each, from the table in cai/device/operations.h:
   // ops.<name>(<inputs>..., out, stream=0).
+  static std::array<PyMethodDef, device::elementwise_op_count> defs;
+  static const auto calls = []<int... Op>(std::integer_sequence<int, Op...>) {
+    return std::array<PyCFunction, sizeof...(Op)>{
+        reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&elementwise_call<Op>))...};
+  }(std::make_integer_sequence<int, device::elementwise_op_count>{});
+  static std::array<std::string, device::elementwise_op_count> docs;
   for (int i = 0; i < device::elementwise_op_count; ++i) {
     const auto op = static_cast<device::ElementwiseOp>(i);
     const device::ElementwiseOpInfo& info = device::info(op);
     // The table's strings are literals, so data() is NUL-terminated and lives forever.
-    switch (info.inputs) {
-      case 1:
-        bind_elementwise<1>(ops, op, std::make_index_sequence<1>{});
-        break;
-      case 2:
-        bind_elementwise<2>(ops, op, std::make_index_sequence<2>{});
-        break;
-    }
+    std::string signature = std::string(info.name) + "(";
+    for (int k = 0; k < info.inputs; ++k)
+      signature += std::string(device::elementwise_operand_name(k + 1)) + ", ";
+    docs[i] = signature + "out, stream=0)\n--\n\n" + std::string(info.summary);
+    defs[i] = {info.name.data(), calls[i], METH_FASTCALL | METH_KEYWORDS, docs[i].c_str()};
+    // Bound to the module, as module functions are (they pickle by name).
+    ops.attr(info.name.data()) =
+        nb::steal(PyCFunction_NewEx(&defs[i], ops.ptr(), ops.attr("__name__").ptr()));
   }
 }
 

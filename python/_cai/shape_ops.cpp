@@ -9,20 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "array.h"
+#include "bindings.h"
 #include "cai/arrays/devices.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/error.h"
 #include "convert.h"
-#include "shape_ops.h"
+#include "streams.h"
 
 namespace cai::python {
 
 namespace {
-
-sync::StreamRef stream_of(const View& v) {
-  if (auto s = v.sync()->stream()) return *s;
-  return library_default_stream();
-}
 
 // 'C', 'F' or 'A' (F when the array is F-contiguous and not C-contiguous, as NumPy's 'A').
 bool fortran_order(nb::handle order, const View& v, const char* entry) {
@@ -36,7 +33,7 @@ bool fortran_order(nb::handle order, const View& v, const char* entry) {
   } else {
     return false;
   }
-  return v.layout().is_f_contiguous() && !v.layout().is_c_contiguous();
+  return v.layout().is_f_only();
 }
 
 // An axis in [-ndim, ndim), normalized; IndexError naming the entry otherwise (NumPy's words).
@@ -62,24 +59,24 @@ Dims shape_args(const nb::args& args, const char* entry) {
 }
 
 nb::object reshape(PyArray& self, nb::args shape, nb::handle order) {
-  const View& v = self.view;
+  const View& v = self.view();
   return wrap(v.reshape(shape_args(shape, "reshape()"), fortran_order(order, v, "reshape()")),
               self.np_dtype);
 }
 
 nb::object ravel(PyArray& self, nb::handle order) {
-  const View& v = self.view;
+  const View& v = self.view();
   const std::array<std::int64_t, 1> flat{-1};
   return wrap(v.reshape(flat, fortran_order(order, v, "ravel()")), self.np_dtype);
 }
 
 nb::object view_as(PyArray& self, nb::handle dtype) {
   nb::object dt = numpy_module().attr("dtype")(dtype);
-  return wrap(self.view.as_dtype(dtype_from_numpy(dt, "view()")), dt);
+  return wrap(self.view().as_dtype(dtype_from_numpy(dt, "view()")), dt);
 }
 
 nb::object squeeze(PyArray& self, nb::handle axis) {
-  const View& v = self.view;
+  const View& v = self.view();
   const int ndim = v.ndim();
   std::vector<bool> drop(ndim, false);
   if (axis.is_none()) {
@@ -109,7 +106,7 @@ nb::object squeeze(PyArray& self, nb::handle axis) {
 }
 
 nb::object transpose(PyArray& self, nb::args axes) {
-  const View& v = self.view;
+  const View& v = self.view();
   if (axes.size() == 0 || (axes.size() == 1 && axes[0].is_none()))
     return wrap(v.transpose(), self.np_dtype);
   nb::handle list = axes;
@@ -129,15 +126,15 @@ struct SplitPieces {
 
 nb::object next_piece(SplitPieces& self) {
   PyArray* a = self.array.is_valid() ? as_py_array(self.array, "split()") : nullptr;
-  if (a == nullptr || self.next >= a->view.shape()[0]) {
+  if (a == nullptr || self.next >= a->shape()[0]) {
     self.array.reset();
     throw nb::stop_iteration();
   }
   const std::int64_t begin = self.next;
-  const std::int64_t end = begin + std::min(self.section, a->view.shape()[0] - begin);
+  const std::int64_t end = begin + std::min(self.section, a->shape()[0] - begin);
   self.next = end;
   const std::array<IndexItem, 1> item{IndexItem::range(begin, end)};
-  return wrap(a->view.index(item), a->np_dtype);
+  return wrap(a->view().index(item), a->np_dtype);
 }
 
 // The collector sees the array an iterator holds (its memory may have a Python owner).
@@ -156,7 +153,7 @@ PyType_Slot g_split_slots[] = {
     {Py_tp_traverse, (void*)split_traverse}, {Py_tp_clear, (void*)split_clear}, {0, nullptr}};
 
 nb::object split(PyArray& self, std::int64_t section) {
-  const View& v = self.view;
+  const View& v = self.view();
   if (v.ndim() != 1)
     throw_error(Errc::value_error, "split(): only 1-d arrays can be split, this one has " +
                                        std::to_string(v.ndim()) + " dimensions");
@@ -173,9 +170,9 @@ View copy_of(const View& src, bool fortran, const sync::StreamRef& stream) {
 }
 
 nb::object copy_array(PyArray& self, nb::handle order, nb::handle stream) {
-  const View& v = self.view;
+  const View& v = self.view();
   const bool fortran = fortran_order(order, v, "copy()");
-  const auto s = stream_arg(stream, "copy()", stream_of(v));
+  const auto s = stream_arg(stream, "copy()", stream_or_default(v));
   // The new array lives on the source's device, as copy.copy(a) (docs/scale-out.md); a
   // stream of another device is a ValueError naming both.
   const OperationDevice on("copy()", {{"the array", &v}}, s);
@@ -191,22 +188,6 @@ nb::object copy_array(PyArray& self, nb::handle order, nb::handle stream) {
 }
 
 }  // namespace
-
-std::optional<nb::object> host_element(PyArray& self, std::span<const IndexItem> items) {
-  const View& v = self.view;
-  if (v.mask() || static_cast<int>(items.size()) != v.ndim()) return std::nullopt;
-  for (const IndexItem& item : items)
-    if (item.kind != IndexItem::Kind::integer) return std::nullopt;
-  const View element = v.index(items);
-  nb::object dt = self.np_dtype.is_valid() ? self.np_dtype : numpy_dtype(v.dtype());
-  nb::object host = numpy_module().attr("zeros")(nb::tuple(), dt);
-  void* ptr = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(host.attr("ctypes").attr("data")));
-  {
-    NoGil nogil;
-    copy_to_host(ptr, element, stream_of(v));  // waits for the copy
-  }
-  return host[nb::tuple()];
-}
 
 void bind_shape_ops(nb::module_& m) {
   auto cls = nb::borrow<nb::class_<PyArray>>(m.attr("DeviceNDArray"));
@@ -234,7 +215,7 @@ void bind_shape_ops(nb::module_& m) {
           "A view with the axes reversed, or in the order given (transpose(1, 0, 2) or "
           "transpose((1, 0, 2))).");
   cls.def_prop_ro(
-      "T", exit_safe([](PyArray& self) { return wrap(self.view.transpose(), self.np_dtype); }),
+      "T", exit_safe([](PyArray& self) { return wrap(self.view().transpose(), self.np_dtype); }),
       nb::sig("def T(self) -> DeviceNDArray"), "A view with the axes reversed.");
   nb::class_<SplitPieces>(m, "_SplitPieces", nb::type_slots(g_split_slots),
                           "The pieces of DeviceNDArray.split(), made one per next().")

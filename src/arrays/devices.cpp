@@ -175,6 +175,7 @@ bool copy_between_devices(const View& dst, const View& src, const sync::StreamRe
       view->sync()->set_stream(adopted);
     } else {
       sync::wait_for(backend, stream, dd, *s, device);
+      view->sync()->mark_work();
     }
   }
   return true;

@@ -54,25 +54,24 @@ ExportCtx<Managed>* make_export(const View& v, const char* entry, const DLDevice
   return ctx.release();
 }
 
-// Builds a View over a tensor; `owner` must already own the tensor.
-View view_of(const DLTensor& t, bool readonly, std::shared_ptr<const void> owner,
-             const char* entry) {
+// The array of a tensor, checked.
+DlpackArray read_tensor(const DLTensor& t, DlpackImport info, const char* entry) {
   if (t.ndim < 0 || t.ndim > max_ndim)
     throw_error(Errc::buffer_error, std::string(entry) + ": ndim " + std::to_string(t.ndim) +
                                         " is out of range [0, " + std::to_string(max_ndim) + "]");
   if (t.ndim > 0 && !t.shape)
     throw_error(Errc::buffer_error,
                 std::string(entry) + ": shape is NULL with ndim " + std::to_string(t.ndim));
-  DType dtype;
+  DlpackArray out;
   try {
-    dtype = DType::from_dlpack(t.dtype);
+    out.dtype = DType::from_dlpack(t.dtype);
   } catch (const Error& e) {
     throw_error(Errc::buffer_error, e.what());
   }
   const auto n = static_cast<std::size_t>(t.ndim);
   Dims shape(std::span<const std::int64_t>(t.shape, n));
   Dims strides(n);
-  const std::int64_t itemsize = dtype.itemsize();
+  const std::int64_t itemsize = out.dtype.itemsize();
   if (t.strides) {
     for (std::size_t i = 0; i < n; ++i) {
       if (__builtin_mul_overflow(t.strides[i], itemsize, &strides[i]))
@@ -88,14 +87,19 @@ View view_of(const DLTensor& t, bool readonly, std::shared_ptr<const void> owner
     if (shape[i] < 0)
       throw_error(Errc::buffer_error, std::string(entry) + ": shape[" + std::to_string(i) +
                                           "] is negative (" + std::to_string(shape[i]) + ")");
-  Layout layout(std::move(shape), std::move(strides), itemsize);
-  std::uint64_t ptr = reinterpret_cast<std::uint64_t>(t.data) + t.byte_offset;
-  if (layout.size() == 0)
-    ptr = 0;
-  else if (ptr == 0)
+  out.layout = Layout(std::move(shape), std::move(strides), itemsize);
+  out.ptr = reinterpret_cast<std::uint64_t>(t.data) + t.byte_offset;
+  if (out.layout.size() == 0)
+    out.ptr = 0;
+  else if (out.ptr == 0)
     throw_error(Errc::buffer_error, std::string(entry) + ": data is NULL for a tensor of " +
-                                        std::to_string(layout.size()) + " elements");
-  return View(ptr, std::move(dtype), std::move(layout), readonly,
+                                        std::to_string(out.layout.size()) + " elements");
+  out.info = info;
+  return out;
+}
+
+View view_of(DlpackArray&& a, std::shared_ptr<const void> owner) {
+  return View(a.ptr, std::move(a.dtype), std::move(a.layout), a.info.readonly,
               std::make_shared<sync::SyncState>(), std::move(owner));
 }
 
@@ -154,38 +158,60 @@ DLManagedTensor* to_dlpack_legacy(const View& v, const DLDevice* device) {
   return &make_export<DLManagedTensor>(v, "__dlpack__()", device)->managed;
 }
 
+DlpackArray read_dlpack(const DLManagedTensorVersioned& t) {
+  constexpr const char* entry = "from_dlpack()";
+  if (t.version.major != DLPACK_MAJOR_VERSION)
+    throw_error(Errc::buffer_error,
+                std::string(entry) + ": DLPack major version " + std::to_string(t.version.major) +
+                    " is not supported (cai reads " + std::to_string(DLPACK_MAJOR_VERSION) + ".x)");
+  return read_tensor(t.dl_tensor,
+                     {t.dl_tensor.device, (t.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0,
+                      (t.flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0},
+                     entry);
+}
+
+DlpackArray read_dlpack(const DLManagedTensor& t) {
+  return read_tensor(t.dl_tensor, {t.dl_tensor.device, false, false}, "from_dlpack()");
+}
+
 View from_dlpack(DLManagedTensorVersioned* t, std::shared_ptr<const void> keep,
                  void (*release)(DLManagedTensorVersioned*), DlpackImport* info) {
-  constexpr const char* entry = "from_dlpack()";
   if (!t) throw_error(Errc::buffer_error, "from_dlpack(): the producer gave a NULL tensor");
   auto owner = owning(t, release, std::move(keep));  // owns t from here on, also on errors
-  if (t->version.major != DLPACK_MAJOR_VERSION)
-    throw_error(Errc::buffer_error,
-                std::string(entry) + ": DLPack major version " + std::to_string(t->version.major) +
-                    " is not supported (cai reads " + std::to_string(DLPACK_MAJOR_VERSION) + ".x)");
-  const bool readonly = (t->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
-  if (info) {
-    info->device = t->dl_tensor.device;
-    info->readonly = readonly;
-    info->copied = (t->flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0;
-  }
-  return view_of(t->dl_tensor, readonly, std::move(owner), entry);
+  DlpackArray a = read_dlpack(*t);
+  if (info) *info = a.info;
+  return view_of(std::move(a), std::move(owner));
 }
 
 View from_dlpack(DLManagedTensor* t, std::shared_ptr<const void> keep,
                  void (*release)(DLManagedTensor*), DlpackImport* info) {
   if (!t) throw_error(Errc::buffer_error, "from_dlpack(): the producer gave a NULL tensor");
   auto owner = owning(t, release, std::move(keep));
-  if (info) *info = {t->dl_tensor.device, false, false};
-  return view_of(t->dl_tensor, false, std::move(owner), "from_dlpack()");
+  DlpackArray a = read_dlpack(*t);
+  if (info) *info = a.info;
+  return view_of(std::move(a), std::move(owner));
 }
 
 void fill_dltensor(const View& v, const Dims& element_strides, DLTensor& out) {
-  out.data = reinterpret_cast<void*>(v.ptr());
-  out.device = dlpack_device(v);
-  out.ndim = v.ndim();
-  out.dtype = v.dtype().to_dlpack();
-  out.shape = const_cast<std::int64_t*>(v.shape().data());
+  fill_dltensor(v.ptr(), dlpack_dtype(v.dtype(), "__dlpack__()"), v.shape(), element_strides,
+                dlpack_device(v), out);
+}
+
+DLDataType dlpack_dtype(const DType& dtype, const char* entry) {
+  try {
+    return dtype.to_dlpack();
+  } catch (const Error& e) {
+    throw_error(Errc::buffer_error, std::string(entry) + ": " + e.what());
+  }
+}
+
+void fill_dltensor(std::uint64_t ptr, DLDataType dtype, std::span<const std::int64_t> shape,
+                   const Dims& element_strides, DLDevice device, DLTensor& out) noexcept {
+  out.dtype = dtype;
+  out.data = reinterpret_cast<void*>(ptr);
+  out.device = device;
+  out.ndim = static_cast<std::int32_t>(shape.size());
+  out.shape = const_cast<std::int64_t*>(shape.data());
   out.strides = const_cast<std::int64_t*>(element_strides.data());
   out.byte_offset = 0;
 }

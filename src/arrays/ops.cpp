@@ -148,19 +148,26 @@ void elementwise(device::ElementwiseOp op, const View& out, std::span<const View
                 "elementwise(): unknown operation " + std::to_string(static_cast<int>(op)));
   }
   const device::ElementwiseOpInfo& info = device::info(op);
-  const std::string entry_text = std::string(info.name) + "()";
-  const char* entry = entry_text.c_str();
+  // "add()", ...: the entry names of the messages, made once.
+  static const auto entries = [] {
+    std::array<std::string, device::elementwise_op_count> e;
+    for (int i = 0; i < device::elementwise_op_count; ++i)
+      e[i] = std::string(device::info(static_cast<device::ElementwiseOp>(i)).name) + "()";
+    return e;
+  }();
+  const char* entry = entries[static_cast<int>(op)].c_str();
   if (inputs.size() != static_cast<std::size_t>(info.inputs)) {
-    throw_error(Errc::value_error, entry_text + ": takes " + std::to_string(info.inputs) +
+    throw_error(Errc::value_error, std::string(entry) + ": takes " + std::to_string(info.inputs) +
                                        " inputs, got " + std::to_string(inputs.size()));
   }
   out.require_writable(entry, "out");
   require_no_mask(out, entry, "out");
   for (std::size_t k = 0; k < inputs.size(); ++k) {
-    const std::string name(device::elementwise_operand_name(k + 1));
-    require_no_mask(*inputs[k], entry, name.c_str());
-    require_same_shape(out, *inputs[k], entry, "out", name.c_str());
-    require_same_dtype(out, *inputs[k], entry, "out", name.c_str());
+    // The operand names are literals: NUL-terminated.
+    const char* name = device::elementwise_operand_name(k + 1).data();
+    require_no_mask(*inputs[k], entry, name);
+    require_same_shape(out, *inputs[k], entry, "out", name);
+    require_same_dtype(out, *inputs[k], entry, "out", name);
   }
   const ElementType type = element_type(out.dtype(), entry);
   if (out.size() == 0) return;
@@ -178,11 +185,11 @@ void elementwise(device::ElementwiseOp op, const View& out, std::span<const View
       std::ranges::any_of(inputs, [&](const View* in) { return partly_overlaps(out, *in); });
   // Stage a partly overlapping out through a temporary, as NumPy does.
   const View target = stage ? stream_temporary(out, stream) : out;
-  std::vector<Operand> operands;
-  operands.reserve(1 + inputs.size());
-  operands.push_back(operand(target));
-  for (const View* in : inputs) operands.push_back(operand(*in));
-  backend.elementwise_async(op, type, operands, stream.handle);
+  std::array<Operand, 1 + device::max_elementwise_inputs> operands;
+  operands[0] = operand(target);
+  for (std::size_t k = 0; k < inputs.size(); ++k) operands[k + 1] = operand(*inputs[k]);
+  backend.elementwise_async(op, type, std::span(operands.data(), 1 + inputs.size()),
+                            stream.handle);
   if (stage) backend.copy_strided_async(operand(out), operand(target), stream.handle);
   order.finish();
 }
@@ -193,6 +200,13 @@ void add(const View& out, const View& a, const View& b, const sync::StreamRef& s
 }
 
 namespace {
+// Blocks until `stream` is idle; then the host knows v's work done if it was on that stream.
+void wait_on_host(device::Backend& backend, const View& v, device::StreamHandle stream) {
+  const std::uint64_t clock = sync::work_clock();
+  backend.stream_synchronize(stream);
+  v.sync()->host_waited(stream, clock);
+}
+
 // dst = the caller's host memory at `from`; returns once copied when `blocking`.
 void upload(const View& dst, const Operand& from, const sync::StreamRef& stream,
             bool blocking = true) {
@@ -203,7 +217,7 @@ void upload(const View& dst, const Operand& from, const sync::StreamRef& stream,
   order.add(*dst.sync());
   backend.copy_strided_async(operand(dst), from, stream.handle);
   order.finish();
-  if (blocking) backend.stream_synchronize(stream.handle);
+  if (blocking) wait_on_host(backend, dst, stream.handle);
 }
 }  // namespace
 
@@ -234,7 +248,7 @@ void copy_to_host(void* host, const View& src, const sync::StreamRef& stream, bo
                    Layout::c_contiguous(src.shape(), src.dtype().itemsize()), true};
   backend.copy_strided_async(to, operand(src), stream.handle);
   order.finish();
-  if (blocking) backend.stream_synchronize(stream.handle);
+  if (blocking) wait_on_host(backend, src, stream.handle);
 }
 
 }  // namespace cai

@@ -9,20 +9,26 @@ namespace cai {
 
 TypedViewMismatch check_typed_view(const View& v, const TypedViewSpec& spec,
                                    std::int64_t* element_strides) noexcept {
+  return check_typed_view(v.ptr(), v.dtype(), v.layout(), v.readonly(), v.mask() != nullptr,
+                          spec, element_strides);
+}
+
+TypedViewMismatch check_typed_view(std::uint64_t ptr, const DType& dtype, const Layout& layout,
+                                   bool readonly, bool masked, const TypedViewSpec& spec,
+                                   std::int64_t* element_strides) noexcept {
   using M = TypedViewMismatch;
   if (spec.dtype.itemsize() != spec.item_size) return M::item_size;  // a bug of the spec
-  if (!(v.dtype() == spec.dtype)) return M::dtype;
-  if (spec.ndim >= 0 && v.ndim() != spec.ndim) return M::ndim;
-  if (spec.writable && v.readonly()) return M::readonly;
-  if (spec.c_contiguous && !v.layout().is_c_contiguous()) return M::c_contiguous;
-  if (spec.f_contiguous && !v.layout().is_f_contiguous()) return M::f_contiguous;
-  if (v.mask() && !spec.allow_mask) return M::mask;
-  if (v.size() != 0 && spec.alignment > 1 &&
-      v.ptr() % static_cast<std::uint64_t>(spec.alignment) != 0)
+  if (!(dtype == spec.dtype)) return M::dtype;
+  if (spec.ndim >= 0 && layout.ndim() != spec.ndim) return M::ndim;
+  if (spec.writable && readonly) return M::readonly;
+  if (spec.c_contiguous && !layout.is_c_contiguous()) return M::c_contiguous;
+  if (spec.f_contiguous && !layout.is_f_contiguous()) return M::f_contiguous;
+  if (masked && !spec.allow_mask) return M::mask;
+  if (layout.size() != 0 && spec.alignment > 1 &&
+      ptr % static_cast<std::uint64_t>(spec.alignment) != 0)
     return M::alignment;
   std::int64_t scratch[max_ndim];
-  if (!v.layout().try_element_strides(element_strides ? element_strides : scratch))
-    return M::strides;
+  if (!layout.try_element_strides(element_strides ? element_strides : scratch)) return M::strides;
   return M::none;
 }
 

@@ -88,10 +88,13 @@ View View::allocate(DType dtype, std::span<const std::int64_t> shape, bool fortr
   const std::int64_t itemsize = dtype.itemsize();
   Layout layout =
       fortran_order ? Layout::f_contiguous(shape, itemsize) : Layout::c_contiguous(shape, itemsize);
-  auto state = std::make_shared<sync::SyncState>(stream);
-  if (layout.size() == 0) return View(0, std::move(dtype), std::move(layout), false, state, {});
+  if (layout.size() == 0)
+    return View(0, std::move(dtype), std::move(layout), false, sync::SyncState::idle(stream), {});
   auto buffer = std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(layout.nbytes()),
-                                               std::move(stream));
+                                               stream);
+  // Memory from the backend is idle; an allocator's is ready only in order on its stream.
+  auto state = buffer->stream_ordered() ? std::make_shared<sync::SyncState>(std::move(stream))
+                                        : sync::SyncState::idle(std::move(stream));
   buffer->set_sync(state);
   const std::uint64_t ptr = buffer->ptr();
   return View(ptr, std::move(dtype), std::move(layout), false, std::move(state), std::move(buffer));
@@ -118,6 +121,13 @@ View View::slice(int axis, std::int64_t start, std::int64_t stop) const {
 View View::index(std::span<const IndexItem> items) const {
   View v = derive(layout_.index(items));
   if (mask_) v.mask_ = std::make_shared<View>(mask_->index(items));
+  return v;
+}
+
+View View::broadcast_to(std::span<const std::int64_t> shape, std::string_view subject) const {
+  View v = *this;
+  v.layout_ = layout_.broadcast_to(shape, subject);
+  if (mask_) v.mask_ = std::make_shared<View>(mask_->broadcast_to(shape, subject));
   return v;
 }
 

@@ -93,7 +93,7 @@ Interface validate_interface(const InterfaceFields& f, TypestrOptions options) {
     }
   }
 
-  out.dtype = DType::from_typestr(f.typestr, options);
+  out.dtype = f.dtype ? *f.dtype : DType::from_typestr(f.typestr, options);
   if (f.has_descr && !restates_typestr(f.descr, f.typestr, out.dtype, options)) {
     DType structured = DType::from_descr(f.descr, options);
     if (structured.itemsize() != out.dtype.itemsize()) {
@@ -130,9 +130,10 @@ Interface validate_interface(const InterfaceFields& f, TypestrOptions options) {
                                format_dims(f.shape) + " and item size " + to_string(itemsize) +
                                " reach bytes beyond int64");
     }
-    out.layout = Layout(f.shape, f.strides, itemsize);
+    // The invariant of Layout is checked above (rank, sizes, byte size, extent).
+    out.layout = Layout(f.shape, f.strides, itemsize, Layout::Checked{});
   } else {
-    out.layout = Layout(f.shape, Layout::c_strides(f.shape, itemsize), itemsize);
+    out.layout = Layout(f.shape, Layout::c_strides(f.shape, itemsize), itemsize, Layout::Checked{});
   }
 
   out.readonly = f.read_only;

@@ -1,6 +1,7 @@
 #include "cai/core/layout.h"
 
 #include <algorithm>
+#include <bit>
 #include <array>
 #include <limits>
 #include <string>
@@ -94,6 +95,11 @@ Layout::Layout(Dims shape, Dims byte_strides, std::int64_t itemsize)
   }
 }
 
+Layout::Layout(Dims shape, Dims byte_strides, std::int64_t itemsize, Checked) noexcept
+    : shape_(std::move(shape)), strides_(std::move(byte_strides)), itemsize_(itemsize) {
+  for (const std::int64_t n : shape_) size_ *= n;  // cannot overflow: checked by the caller
+}
+
 Dims Layout::c_strides(std::span<const std::int64_t> shape, std::int64_t itemsize) {
   Dims strides(shape.size());
   std::int64_t step = itemsize;
@@ -135,10 +141,14 @@ std::optional<std::int64_t> Layout::checked_nbytes(std::span<const std::int64_t>
 
 bool Layout::try_element_strides(std::int64_t* out) const noexcept {
   if (itemsize_ == 0) return false;
+  // Item sizes are mostly powers of two: a shift then, not a division per axis.
+  const bool pow2 = (itemsize_ & (itemsize_ - 1)) == 0;
+  const int shift = std::countr_zero(static_cast<std::uint64_t>(itemsize_));
   std::int64_t row_major = 1;  // the C-contiguous element stride of axis i (zero dims count 1)
   for (std::size_t i = strides_.size(); i-- > 0;) {
-    if (strides_[i] % itemsize_ == 0) {
-      out[i] = strides_[i] / itemsize_;
+    const bool divisible = pow2 ? (strides_[i] & (itemsize_ - 1)) == 0 : strides_[i] % itemsize_ == 0;
+    if (divisible) {
+      out[i] = pow2 ? strides_[i] >> shift : strides_[i] / itemsize_;
     } else if (size_ == 0 || shape_[i] <= 1) {
       out[i] = row_major;  // no address depends on this stride
     } else {
@@ -290,6 +300,25 @@ Layout::Sliced Layout::index(std::span<const IndexItem> items) const {
                                        " are supported");
   }
   return {Layout(std::move(shape), std::move(strides), itemsize_), offset};
+}
+
+Layout Layout::broadcast_to(std::span<const std::int64_t> shape, std::string_view subject) const {
+  if (shape_.size() > shape.size())
+    throw_error(Errc::value_error, std::string(subject) + ": cannot broadcast a " +
+                                       to_string(shape_.size()) + "-d value to a " +
+                                       to_string(shape.size()) + "-d array");
+  Dims strides(shape.size(), 0);
+  const std::size_t lead = shape.size() - shape_.size();
+  for (std::size_t i = 0; i < shape_.size(); ++i) {
+    const std::int64_t n = shape_[i], m = shape[lead + i];
+    if (n == m)
+      strides[lead + i] = strides_[i];
+    else if (n != 1)
+      throw_error(Errc::value_error, std::string(subject) + ": cannot broadcast axis " +
+                                         to_string(i) + " of size " + to_string(n) +
+                                         " to size " + to_string(m));
+  }
+  return Layout(Dims(shape), std::move(strides), itemsize_);
 }
 
 Layout Layout::transpose() const {

@@ -16,6 +16,10 @@ namespace {
 
 std::atomic<TraceFn> g_trace{nullptr};
 std::atomic<std::uint64_t> g_next_thread{1};
+// The work clock: one tick per enqueue that touches memory (SyncState::mark_work), and the
+// tick up to which a device-wide synchronize made every piece of work complete.
+std::atomic<std::uint64_t> g_work_clock{0};
+std::atomic<std::uint64_t> g_device_complete{0};
 
 int device_of_stream(device::Backend& backend, StreamHandle s) {
   return backend.device_count() > 1 ? backend.stream_device(s) : 0;
@@ -93,6 +97,20 @@ std::uint64_t thread_tag() noexcept {
 
 void set_trace(TraceFn fn) {
   g_trace.store(fn, std::memory_order_relaxed);
+}
+
+std::uint64_t work_clock() noexcept {
+  return g_work_clock.load();
+}
+
+void synchronize_device(device::Backend& backend) {
+  const std::uint64_t clock = work_clock();
+  backend.synchronize();
+  // It waited for the current device only: with several, other devices may still be busy.
+  if (backend.device_count() != 1) return;
+  std::uint64_t done = g_device_complete.load();
+  while (done < clock && !g_device_complete.compare_exchange_weak(done, clock)) {
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -182,10 +200,51 @@ void SyncState::set_imported(device::Backend& backend, StreamHandle producer) {
   std::lock_guard lock(mutex_);
   stream_.reset();
   event_ = std::move(ev);
+  unnamed_producer_ = false;
+  mark_work();  // the producer's work
+}
+
+std::shared_ptr<SyncState> SyncState::imported_without_stream() {
+  auto state = std::make_shared<SyncState>();
+  state->unnamed_producer_ = true;
+  return state;
+}
+
+void SyncState::set_stream(std::optional<StreamRef> s) {
+  std::lock_guard lock(mutex_);
+  stream_ = std::move(s);
+  event_.reset();
+  unnamed_producer_ = false;
+  if (stream_) mark_work();
+}
+
+bool SyncState::pending() const noexcept {
+  const std::uint64_t w = work_.load();
+  return w != 0 && w > g_device_complete.load();
+}
+
+void SyncState::mark_work() noexcept {
+  work_.store(g_work_clock.fetch_add(1) + 1);
+}
+
+void SyncState::complete_through(std::uint64_t clock) noexcept {
+  // Work marked later (by another thread meanwhile) stays pending.
+  std::uint64_t w = work_.load();
+  while (w != 0 && w <= clock && !work_.compare_exchange_weak(w, 0)) {
+  }
+}
+
+void SyncState::host_waited(StreamHandle waited, std::uint64_t clock) noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    if (!stream_ || event_ || !stream_->same_stream(StreamRef(waited))) return;
+  }
+  complete_through(clock);
 }
 
 void SyncState::order_before(device::Backend& backend, const StreamRef& waiter, int state_device,
                              int waiter_device) const {
+  if (!pending()) return;  // the host waited for all of it
   std::optional<StreamRef> s;
   std::shared_ptr<ImportEvent> ev;
   {
@@ -205,6 +264,7 @@ void SyncState::order_before(device::Backend& backend, const StreamRef& waiter, 
 }
 
 std::optional<StreamHandle> SyncState::export_handle(device::Backend& backend) {
+  if (!pending()) return std::nullopt;  // the host waited for all of it: nothing to order
   std::lock_guard lock(mutex_);
   if (event_) {
     // The producer's stream may be gone: the legacy stream, after the import's event.
@@ -222,7 +282,9 @@ std::optional<StreamHandle> SyncState::export_handle(device::Backend& backend) {
   return stream_->handle;
 }
 
-void SyncState::synchronize(device::Backend& backend) const {
+void SyncState::synchronize(device::Backend& backend) {
+  if (!pending()) return;
+  const std::uint64_t clock = work_clock();
   std::optional<StreamRef> s;
   std::shared_ptr<ImportEvent> ev;
   {
@@ -239,9 +301,11 @@ void SyncState::synchronize(device::Backend& backend) const {
   } else if (s) {
     backend.stream_synchronize(s->handle);
   }
+  complete_through(clock);
 }
 
 bool SyncState::busy(device::Backend& backend) const {
+  if (!pending()) return false;
   std::optional<StreamRef> s;
   std::shared_ptr<ImportEvent> ev;
   {
@@ -259,21 +323,25 @@ bool SyncState::busy(device::Backend& backend) const {
 // StreamOrder.
 
 void StreamOrder::add(SyncState& state) {
-  if (std::find(states_.begin(), states_.end(), &state) != states_.end()) return;
+  if (states_.any_of([&](SyncState* s) { return s == &state; })) return;
+  // The producer's stream by handle and thread only: its owner is the state's to keep.
   std::optional<StreamRef> producer;
   std::shared_ptr<ImportEvent> ev;
   {
     std::lock_guard lock(state.mutex_);
-    producer = state.stream_;
-    ev = state.event_;
+    if (state.stream_) {
+      producer.emplace();
+      producer->handle = state.stream_->handle;
+      producer->thread = state.stream_->thread;
+    }
+    if (state.event_) ev = state.event_;
   }
   if (ev) {
     // Work on the producer's own stream needs no wait (the stream is alive: it is used).
     if (ev->producer() != work_.handle) wait_for_event(backend_, work_.handle, ev->event());
   } else if (producer && !producer->same_stream(work_)) {
     // Several arrays often share one stream: wait for it once.
-    const bool seen = std::any_of(waited_.begin(), waited_.end(),
-                                  [&](const StreamRef& s) { return s.same_stream(*producer); });
+    const bool seen = waited_.any_of([&](const StreamRef& s) { return s.same_stream(*producer); });
     if (!seen) {
       wait_for(backend_, *producer, work_);
       waited_.push_back(*producer);
@@ -283,14 +351,18 @@ void StreamOrder::add(SyncState& state) {
 }
 
 void StreamOrder::finish() {
-  std::vector<StreamRef> done;
+  detail::SmallVector<StreamRef, 4> done;  // by handle and thread
   EventHandle ev = 0;
   bool legacy_waited = false;
-  for (SyncState* state : states_) {
+  for (std::size_t i = 0; i < states_.size(); ++i) {
+    SyncState* state = states_[i];
     std::lock_guard lock(state->mutex_);
-    if (state->event_ && state->event_->producer() != work_.handle && !legacy_waited &&
-        work_.handle != kLegacyDefaultStream) {
-      // A producer's stream cai cannot trust to be alive gets no wait; the legacy stream does,
+    state->mark_work();
+    const bool unnamed = state->event_ ? state->event_->producer() != work_.handle
+                                       : !state->stream_ && state->unnamed_producer_;
+    if (unnamed && !legacy_waited && work_.handle != kLegacyDefaultStream) {
+      // A producer's stream cai cannot trust to be alive gets no wait, and data imported with
+      // no stream (the producer had nothing pending) names none: the legacy stream waits,
       // which orders the producer's later work after this work when its stream is blocking
       // (docs/architecture.md, "Foreign streams").
       if (ev == 0) {
@@ -306,12 +378,14 @@ void StreamOrder::finish() {
       // which is ordered after the import's event.
       state->stream_ = work_;
       state->event_.reset();
+      state->unnamed_producer_ = false;
       continue;
     }
-    const StreamRef producer = *state->stream_;
+    StreamRef producer;
+    producer.handle = state->stream_->handle;
+    producer.thread = state->stream_->thread;
     if (producer.same_stream(work_) ||
-        std::any_of(done.begin(), done.end(),
-                    [&](const StreamRef& s) { return s.same_stream(producer); }))
+        done.any_of([&](const StreamRef& s) { return s.same_stream(producer); }))
       continue;
     const StreamHandle target = reachable(producer);
     if (target == kLegacyDefaultStream && work_.handle == kLegacyDefaultStream) continue;

@@ -97,6 +97,25 @@ def test_memory_is_given_back_after_the_work_queued_on_it(pool):
     np.testing.assert_array_equal(b.copy_to_host(), np.full(1024, 2.0, np.float32))
 
 
+def test_pool_memory_exports_its_stream_not_none(pool):
+    """A pool block is ready only in order on its stream (its earlier work there may still be
+    pending), so a fresh array from an allocator names that stream in its CAI export; memory
+    from the backend has nothing pending and exports None. A consumer on another stream that
+    honours the export is race free (the race detector proves it)."""
+    s1, s2 = cai.stream(), cai.stream()
+    a = cai.device_array(1024, dtype=np.float32, stream=s1)
+    cai.sim.delay(s1, 0.2)
+    cai.ops.fill(a, 1.0, stream=s1)
+    del a                                 # back to the pool on s1, the fill still queued
+    b = cai.device_array(1024, dtype=np.float32, stream=s1)
+    assert b.__cuda_array_interface__["stream"] == s1.handle
+    c = cai.as_cuda_array(b)              # a consumer honouring the export
+    cai.ops.fill(c, 2.0, stream=s2)
+    np.testing.assert_array_equal(c.copy_to_host(), np.full(1024, 2.0, np.float32))
+    cai.set_allocator()
+    assert cai.device_array(16).__cuda_array_interface__["stream"] is None
+
+
 def test_a_pool_that_ignores_stream_order_is_caught_by_the_race_detector():
     p = ArenaPool(reuse_anywhere=True)
     cai.set_allocator(p.allocate, p.deallocate)

@@ -101,6 +101,7 @@ def test_per_thread_default_streams_of_two_threads_are_two_streams():
     np.testing.assert_array_equal(out.copy_to_host(), np.full(4096, 5.0, np.float32))
     # Exported from here, A's stream is named as the legacy stream, ordered after it.
     y = cai.device_array(8, stream=2)
+    cai.ops.fill(y, 0.0)  # work pending on this thread's stream 2
     t = threading.Thread(target=lambda: made.update(e=y.__cuda_array_interface__["stream"]))
     t.start()
     t.join()

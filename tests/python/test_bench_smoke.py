@@ -49,12 +49,13 @@ def test_interop_quick(tmp_path):
 
     text = md.read_text()
     assert "BEGIN GENERATED" in text and "END GENERATED" in text
-    assert "| measurement | cai (ns) |" in text
+    assert "| measurement | cai (ns) | floor (ns) | cai / floor |" in text
     assert "![median ns per call](b.svg)" in text
     w, h, bars = read_svg(svg)
     assert w > 100 and h > 100
-    # background + 2 legend keys + one bar per measured case
-    assert bars == 3 + sum(bool(r["cai"]) + bool(r["peer"]) for r in rows.values())
+    # background + 3 legend keys + one bar per measured case (cai, floor, peer)
+    assert bars == 4 + sum(bool(r["cai"]) + bool(r["peer"]) + bool(r["floor"])
+                           for r in rows.values())
 
 
 def test_markdown_keeps_hand_written_parts(tmp_path):

@@ -129,24 +129,42 @@ def test_read_only_export():
     assert not a.readonly and a.__cuda_array_interface__["data"][1] is False
 
 
-def test_stream_is_the_arrays_default_stream_never_zero():
-    assert cai.device_array(3).__cuda_array_interface__["stream"] == 1
-    assert cai.device_array(3, stream=0).__cuda_array_interface__["stream"] == 1
-    assert cai.to_device(np.ones(3)).__cuda_array_interface__["stream"] == 1
+def test_stream_is_none_while_no_work_is_pending_else_the_arrays_stream_never_zero():
+    """CAI v3 allows stream None when no work is pending: new arrays, blocking copies, arrays
+    the host synchronized. Once work is queued, the export names the array's stream."""
+    for fresh in (cai.device_array(3), cai.device_array(3, stream=0), cai.to_device(np.ones(3))):
+        assert fresh.__cuda_array_interface__["stream"] is None
+        assert fresh.stream == cai.legacy_default_stream()
     s = cai.stream()
     a = cai.device_array(3, stream=s)
-    assert a.__cuda_array_interface__["stream"] == s.handle == int(s)
+    assert a.__cuda_array_interface__["stream"] is None
     assert a.stream == s
-    assert cai.device_array(3, stream=cai.legacy_default_stream()).__cuda_array_interface__[
-        "stream"] == 1
-    assert cai.device_array(3, stream=cai.per_thread_default_stream()).__cuda_array_interface__[
-        "stream"] == 2
-    assert cai.device_array_like(a, stream=s).__cuda_array_interface__["stream"] == s.handle
+    cai.ops.fill(a, 1.0)  # queued on the array's stream
+    assert a.__cuda_array_interface__["stream"] == s.handle == int(s)
+    for default, handle in ((cai.legacy_default_stream(), 1), (cai.per_thread_default_stream(), 2)):
+        b = cai.device_array(3, stream=default)
+        cai.ops.fill(b, 1.0)
+        assert b.__cuda_array_interface__["stream"] == handle
+    like = cai.device_array_like(a, stream=s)
+    assert like.__cuda_array_interface__["stream"] is None
+    cai.ops.fill(like, 1.0)
+    assert like.__cuda_array_interface__["stream"] == s.handle
+    # A copy queued on a stream (not waited for) is pending work.
     assert cai.to_device(np.ones(2), stream=s).__cuda_array_interface__["stream"] == s.handle
     # Views share the array's stream.
     assert a[1:].__cuda_array_interface__["stream"] == s.handle
     for arr in (a, a[::2], cai.device_array((0,))):
         assert arr.__cuda_array_interface__["stream"] != 0
+    # The host waited: nothing is pending (no driver call on the export path decides this).
+    a.synchronize()
+    assert a.__cuda_array_interface__["stream"] is None
+    assert a[1:].__cuda_array_interface__["stream"] is None
+    cai.ops.fill(a, 2.0)
+    assert a.__cuda_array_interface__["stream"] == s.handle
+    cai.synchronize()
+    assert a.__cuda_array_interface__["stream"] is None
+    a.copy_to_host()  # a blocking copy on the array's stream
+    assert a.__cuda_array_interface__["stream"] is None
 
 
 def test_imported_array_without_stream_exports_none_until_used():
@@ -163,13 +181,14 @@ def test_imported_array_without_stream_exports_none_until_used():
 def test_export_stream_switch():
     s = cai.stream()
     a = cai.device_array(3, stream=s)
+    cai.ops.fill(a, 1.0, stream=s)
     cai.config.EXPORT_STREAM = False
     assert a.__cuda_array_interface__["stream"] is None
     cai.config.EXPORT_STREAM = True
     assert a.__cuda_array_interface__["stream"] == s.handle
 
 
-@pytest.mark.parametrize("value,expected", [("0", "None"), ("1", "7"), (None, "7")])
+@pytest.mark.parametrize("value,expected", [("0", "None"), ("1", "True"), (None, "True")])
 def test_export_stream_default_comes_from_the_environment(value, expected):
     import os
     import subprocess
@@ -177,8 +196,9 @@ def test_export_stream_default_comes_from_the_environment(value, expected):
     env = {k: v for k, v in os.environ.items() if k != "CAI_EXPORT_STREAM"}
     if value is not None:
         env["CAI_EXPORT_STREAM"] = value
-    code = ("import cai; a = cai.device_array(2, stream=cai.external_stream(7)); "
-            "print(a.__cuda_array_interface__['stream'])")
+    code = ("import cai; s = cai.stream(); a = cai.device_array(2, stream=s); "
+            "cai.ops.fill(a, 1.0); x = a.__cuda_array_interface__['stream']; "
+            "print('None' if x is None else x == s.handle)")
     r = subprocess.run([sys.executable, "-c", code], env={**env, "CAI_BACKEND": "sim"},
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

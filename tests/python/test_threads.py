@@ -162,8 +162,8 @@ def test_exports_of_one_array_from_every_thread():
             got.append((d["data"][0], d["stream"], type(cap).__name__))
         return got
 
-    for got in in_threads(export):
-        assert all(g == (src.ptr, int(src.stream), "PyCapsule") for g in got)
+    for got in in_threads(export):  # no work pending on src: no stream to name
+        assert all(g == (src.ptr, None, "PyCapsule") for g in got)
 
 
 def test_each_threads_own_mistake_is_still_caught():

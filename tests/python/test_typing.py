@@ -4,6 +4,7 @@ passes and a program with mistakes is caught; every refinement in python/_cai/st
 names the parameters the function really has."""
 
 import ast
+import inspect
 import os
 import pathlib
 import re
@@ -203,7 +204,10 @@ def stale_entry(qualified, stub_def):
         obj = getattr(obj, part) if not isinstance(obj, type) else obj.__dict__[part]
     if isinstance(obj, property):
         obj = obj.fget
-    runtime_sig, _, runtime_defaults = obj.__nb_signature__[0]
+    if hasattr(obj, "__nb_signature__"):
+        runtime_sig, _, runtime_defaults = obj.__nb_signature__[0]
+    else:  # a C method written by hand (DeviceNDArray.__dlpack__): its __text_signature__
+        runtime_sig, runtime_defaults = f"def {parts[-1]}{inspect.signature(obj)}:", None
     name = parts[-1]
     runtime = [(n, k, _default_value(d, runtime_defaults))
                for n, k, d in _params(runtime_sig, name)]

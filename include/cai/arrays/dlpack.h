@@ -31,6 +31,19 @@ struct DlpackImport {
   bool copied = false;
 };
 
+/// A tensor's array, checked: what a View of it is made of.
+struct DlpackArray {
+  std::uint64_t ptr = 0;  ///< data + byte_offset; 0 for a zero-size array
+  DType dtype;
+  Layout layout;  ///< byte strides (C strides for NULL strides)
+  DlpackImport info;
+};
+
+/// Checks a tensor without taking it: the major version, ndim, shape, dtype, strides (in
+/// bytes) and data. Throws Error(buffer_error) naming what is wrong.
+DlpackArray read_dlpack(const DLManagedTensorVersioned& t);
+DlpackArray read_dlpack(const DLManagedTensor& t);
+
 /// Takes ownership of `t` (its deleter runs exactly once, when the last View sharing it goes,
 /// or at once if this throws). `keep` is added to what the View keeps alive; `release` runs
 /// the deleter (so that a binding can do it under the right lock); null means call it directly.
@@ -43,5 +56,10 @@ View from_dlpack(DLManagedTensor* t, std::shared_ptr<const void> keep = nullptr,
 /// Fills a DLTensor that borrows `v`'s shape and `element_strides` (which the caller keeps
 /// alive), for the no-copy dltensor_from_py_object path.
 void fill_dltensor(const View& v, const Dims& element_strides, DLTensor& out);
+/// The same from an array's parts, its device and DLPack type known.
+void fill_dltensor(std::uint64_t ptr, DLDataType dtype, std::span<const std::int64_t> shape,
+                   const Dims& element_strides, DLDevice device, DLTensor& out) noexcept;
+/// The DLPack type of `dtype`, or Error(buffer_error) "<entry>: ..." when DLPack cannot name it.
+DLDataType dlpack_dtype(const DType& dtype, const char* entry);
 
 }  // namespace cai

@@ -45,6 +45,11 @@ enum class TypedViewMismatch : std::uint8_t {
 /// every call of a bound function.
 TypedViewMismatch check_typed_view(const View& v, const TypedViewSpec& spec,
                                    std::int64_t* element_strides) noexcept;
+/// The same on the parts of an array that the check reads (for a binding that stores them
+/// without a View).
+TypedViewMismatch check_typed_view(std::uint64_t ptr, const DType& dtype, const Layout& layout,
+                                   bool readonly, bool masked, const TypedViewSpec& spec,
+                                   std::int64_t* element_strides) noexcept;
 
 /// "<subject>: <what is wrong and what was expected>", for a mismatch check_typed_view found.
 std::string typed_view_message(const View& v, const TypedViewSpec& spec, TypedViewMismatch m,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 
 #include "cai/arrays/allocator.h"
 #include "cai/core/dtype.h"
@@ -28,6 +29,9 @@ class DeviceBuffer {
   std::uint64_t ptr() const noexcept { return ptr_; }
   std::size_t size() const noexcept { return bytes_; }
   device::MemoryKind kind() const noexcept { return kind_; }
+  /// Whether the memory came from an allocator: usable only in stream order on its stream
+  /// (a pool may hand out a block whose earlier work there is still pending).
+  bool stream_ordered() const noexcept { return allocator_ != nullptr; }
   /// The stream state of the views of this memory: an allocator's deallocate comes after the
   /// work queued there.
   void set_sync(std::shared_ptr<sync::SyncState> s) noexcept { sync_ = std::move(s); }
@@ -84,6 +88,9 @@ class View {
   View slice(int axis, std::int64_t start, std::int64_t stop) const;
   /// NumPy basic indexing; shares memory and stream.
   View index(std::span<const IndexItem> items) const;
+  /// NumPy's broadcasting to `shape` (Layout::broadcast_to); shares memory and stream, and a
+  /// mask is broadcast alike.
+  View broadcast_to(std::span<const std::int64_t> shape, std::string_view subject) const;
   View transpose() const;
   /// Axes reordered (Layout::permute); shares memory and stream.
   View permute(std::span<const int> axes) const;

@@ -34,6 +34,8 @@ struct InterfaceFields {
   Dims shape;  ///< as given; may hold negatives
   bool has_typestr = false;
   std::string_view typestr;  ///< must stay alive during validate_interface
+  /// The typestr as parsed before (a binding's cache of DType::from_typestr), or null.
+  const DType* dtype = nullptr;
   bool has_data = false;
   std::uint64_t ptr = 0;
   bool read_only = false;

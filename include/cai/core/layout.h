@@ -3,11 +3,16 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "cai/core/dims.h"
 #include "cai/core/strided.h"
 
 namespace cai {
+
+struct Interface;
+struct InterfaceFields;
+struct TypestrOptions;
 
 /// One item of a NumPy basic index: an integer, a slice, `None` (newaxis) or `...`.
 struct IndexItem {
@@ -74,6 +79,8 @@ class Layout {
   bool is_f_contiguous() const noexcept {
     return cai::is_f_contiguous(shape_, strides_, itemsize_);
   }
+  /// F-contiguous but not C-contiguous: the order that NumPy's order='A' and a copy keep.
+  bool is_f_only() const noexcept { return is_f_contiguous() && !is_c_contiguous(); }
 
   /// Bytes touched; {0, 0} for a zero-size layout, lo < 0 with negative strides.
   Extent extent() const noexcept { return *cai::checked_extent(shape_, strides_, itemsize_); }
@@ -102,6 +109,10 @@ class Layout {
   /// and adds no offset).
   Sliced index(std::span<const IndexItem> items) const;
 
+  /// NumPy's broadcasting to `shape`: trailing axes align; an axis of size 1 and a new leading
+  /// axis repeat with stride 0. Errc::value_error "<subject>: cannot broadcast ...".
+  Layout broadcast_to(std::span<const std::int64_t> shape, std::string_view subject) const;
+
   Layout transpose() const;
   /// `axes[i]` is the source axis of result axis i; negative counts from the last.
   Layout permute(std::span<const int> axes) const;
@@ -121,6 +132,12 @@ class Layout {
   friend bool operator==(const Layout&, const Layout&) = default;
 
  private:
+  // validate_interface checks every part of the invariant itself (with the CAI's messages):
+  // its layouts skip the second check.
+  friend Interface validate_interface(const InterfaceFields&, TypestrOptions);
+  struct Checked {};
+  Layout(Dims shape, Dims byte_strides, std::int64_t itemsize, Checked) noexcept;
+
   Dims shape_;
   Dims strides_;
   std::int64_t itemsize_ = 0;

@@ -86,6 +86,11 @@ Stats stats(Backend& b);
 /// simulator's own entries), and the reset.
 std::map<std::string, std::uint64_t> driver_calls(Backend& b);
 void reset_driver_calls(Backend& b);
+/// With timing on, the nanoseconds spent inside each driver entry point since the last reset
+/// (the monotonic clock; two reads per call while on): what the driver
+/// itself costs, apart from the layers above it (bench/interop.py).
+void time_driver_calls(Backend& b, bool on);
+std::map<std::string, std::uint64_t> driver_call_ns(Backend& b);
 
 /// The next `times` calls of driver entry `entry` (after `skip` more succeed) fail with the
 /// driver error `code` (a CUresult value), as a real driver may: for tests of error paths.

@@ -189,8 +189,13 @@ class array {
   int import_from(PyObject* obj, std::uint32_t options) noexcept {
     const CaiCApi* api = detail::api_or_null();
     if (!api) return -1;
+    cai::detail::ExtentArray<N> strides;
+    if (!info_.array) {  // the caster's case: the table fills info_ in place (only on success)
+      const int rc = api->import_array(obj, &request, signature(), options, &info_, strides);
+      if (rc == 0) set_ref(strides);
+      return rc;
+    }
     CaiArrayInfo info = detail::empty_info();
-    cai::detail::ExtentArray<N> strides{};
     const int rc = api->import_array(obj, &request, signature(), options, &info, strides);
     if (rc == 0) adopt(info, strides);
     return rc;
@@ -199,22 +204,26 @@ class array {
   /// Takes over `info.array` (a reference from the C API that fits this signature) with its
   /// element strides.
   void adopt(const CaiArrayInfo& info, const std::int64_t* element_strides) noexcept {
-    array old(std::move(*this));
+    if (info_.array) detail::api_or_null()->release_array(info_.array);  // info holds its own
     info_ = info;
-    auto* data = reinterpret_cast<element_type*>(static_cast<std::uintptr_t>(info.data));
+    set_ref(element_strides);
+  }
+
+ private:
+  void set_ref(const std::int64_t* element_strides) noexcept {
+    auto* data = reinterpret_cast<element_type*>(static_cast<std::uintptr_t>(info_.data));
     if constexpr (N == 0) {
       ref_ = ArrayRef<element_type, 0>(data);
     } else {
-      cai::detail::ExtentArray<N> shape{}, strides{};
+      cai::detail::ExtentArray<N> shape, strides;
       for (int k = 0; k < N; ++k) {
-        shape[k] = info.shape[k];
+        shape[k] = info_.shape[k];
         strides[k] = element_strides[k];
       }
       ref_ = ArrayRef<element_type, N>(data, shape, strides);
     }
   }
 
- private:
   CaiArrayInfo info_ = detail::empty_info();
   ArrayRef<element_type, N> ref_{};
 };

@@ -23,6 +23,8 @@
 //     producer's) waits for it, which orders the producer's later work when its stream is
 //     blocking. The data adopts the work stream.
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -86,11 +88,30 @@ class ImportEvent {
   StreamHandle producer_ = 0;
 };
 
+/// Host-known completion, without asking the driver: every enqueue that touches memory takes
+/// a mark from one process-wide clock (mark_work), and the host raises "complete up to" marks
+/// when it waits (synchronize_device, SyncState::synchronize, host_waited). An export then
+/// names no stream when nothing is pending (CAI v3 allows `stream: None` for that).
+std::uint64_t work_clock() noexcept;
+/// cai.synchronize(): waits for the current device; with one device, every mark taken before
+/// the call is complete after it.
+void synchronize_device(device::Backend& backend);
+
 /// The stream of one piece of memory, shared by an array and all of its views.
 class SyncState {
  public:
+  /// Memory with no stream: nothing is pending.
   SyncState() = default;
-  explicit SyncState(std::optional<StreamRef> stream) : stream_(std::move(stream)) {}
+  /// Memory whose work is on `stream`, maybe still pending (an IPC import, wrapped memory).
+  explicit SyncState(std::optional<StreamRef> stream) : stream_(std::move(stream)) {
+    if (stream_) mark_work();
+  }
+  /// New memory whose operations default to `stream`; no work is queued on it yet.
+  static std::shared_ptr<SyncState> idle(StreamRef stream) {
+    auto state = std::make_shared<SyncState>();
+    state->stream_ = std::move(stream);
+    return state;
+  }
 
   /// The state of memory imported with the producer's stream `producer` (the CAI `stream`
   /// key): the default streams are kept as handles (free); any other handle gets an event
@@ -99,12 +120,23 @@ class SyncState {
   static std::shared_ptr<SyncState> imported(device::Backend& backend, StreamHandle producer);
   /// The same for a state that exists already (its previous stream is forgotten).
   void set_imported(device::Backend& backend, StreamHandle producer);
+  /// The state of memory imported with the CAI v3 rules from a producer that named no stream
+  /// (None: nothing is pending). The producer's later work is on a stream cai cannot name, so
+  /// the first work on the memory makes the legacy default stream wait for it, as for a
+  /// foreign stream (StreamOrder::finish).
+  static std::shared_ptr<SyncState> imported_without_stream();
 
   /// The stream cai may enqueue work on after the data's pending work: none for data that
   /// never had work queued, or whose producer's stream stands behind an import event.
   std::optional<StreamRef> stream() const {
     std::lock_guard lock(mutex_);
     return stream_;
+  }
+  /// The stream's handle alone (no owner copied), or none.
+  std::optional<StreamHandle> stream_handle() const {
+    std::lock_guard lock(mutex_);
+    if (!stream_) return std::nullopt;
+    return stream_->handle;
   }
   /// The import event standing for the producer's stream, if any.
   std::shared_ptr<const ImportEvent> event() const {
@@ -116,11 +148,17 @@ class SyncState {
     std::lock_guard lock(mutex_);
     return stream_ || event_;
   }
-  void set_stream(std::optional<StreamRef> s) {
-    std::lock_guard lock(mutex_);
-    stream_ = std::move(s);
-    event_.reset();
-  }
+  /// The data's work is on `s` now (after work was enqueued there).
+  void set_stream(std::optional<StreamRef> s);
+
+  /// Whether work may still be pending: some was queued (or imported) since the host last
+  /// waited for it. No driver call; false answers are exact, true ones conservative.
+  bool pending() const noexcept;
+  /// After work touching the memory was enqueued.
+  void mark_work() noexcept;
+  /// After the host waited for `waited` (stream_synchronize), which was read as `clock`
+  /// (work_clock()) before the wait: the work then queued on that stream is complete.
+  void host_waited(StreamHandle waited, std::uint64_t clock) noexcept;
 
   /// The stream to export (the CAI `stream` key, DLPack's producer stream): a stream this
   /// thread can name and that is alive. A foreign stream behind an import event, or another
@@ -132,17 +170,55 @@ class SyncState {
   /// `state_device` and the waiter on `waiter_device` (either current as needed).
   void order_before(device::Backend& backend, const StreamRef& waiter, int state_device = -1,
                     int waiter_device = -1) const;
-  /// Blocks the host until the pending work is done.
-  void synchronize(device::Backend& backend) const;
+  /// Blocks the host until the pending work is done (then nothing is pending).
+  void synchronize(device::Backend& backend);
   /// Whether pending work may still run (never blocks).
   bool busy(device::Backend& backend) const;
 
  private:
   friend class StreamOrder;
+  void complete_through(std::uint64_t clock) noexcept;
+
   mutable std::mutex mutex_;
   std::optional<StreamRef> stream_;
   std::shared_ptr<ImportEvent> event_;
+  std::atomic<std::uint64_t> work_{0};  // the mark of the last work; 0: none since the host waited
+  bool unnamed_producer_ = false;        // imported_without_stream(), until the first work
 };
+
+namespace detail {
+/// Up to N values in place, more on the heap: an order touches a few arrays, and allocating
+/// per operation would cost more than the ordering.
+template <class T, std::size_t N>
+class SmallVector {
+ public:
+  void push_back(T v) {
+    if (n_ < N)
+      inline_[n_] = std::move(v);
+    else
+      heap_.push_back(std::move(v));
+    ++n_;
+  }
+  std::size_t size() const noexcept { return n_; }
+  T& operator[](std::size_t i) noexcept { return i < N ? inline_[i] : heap_[i - N]; }
+  const T& operator[](std::size_t i) const noexcept { return i < N ? inline_[i] : heap_[i - N]; }
+  template <class F>
+  bool any_of(F&& f) const {
+    for (std::size_t i = 0; i < n_; ++i)
+      if (f((*this)[i])) return true;
+    return false;
+  }
+  void clear() noexcept {
+    n_ = 0;
+    heap_.clear();
+  }
+
+ private:
+  std::array<T, N> inline_{};
+  std::size_t n_ = 0;
+  std::vector<T> heap_;
+};
+}  // namespace detail
 
 /// Orders one piece of stream work against the data it touches.
 /// Usage: StreamOrder order(backend, work); order.add(a_state); order.add(b_state);
@@ -169,8 +245,8 @@ class StreamOrder {
  private:
   device::Backend& backend_;
   StreamRef work_;
-  std::vector<SyncState*> states_;
-  std::vector<StreamRef> waited_;  // producer streams waited for already
+  detail::SmallVector<SyncState*, 8> states_;
+  detail::SmallVector<StreamRef, 4> waited_;  // producer streams waited for (without owners)
 };
 
 /// Makes `waiter` wait for all work queued so far on `producer` (record + wait, no host block).

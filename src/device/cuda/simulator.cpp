@@ -167,6 +167,20 @@ void reset_driver_calls(Backend& b) {
   CAI_SIM(st, caiSimResetCallCounts);
 }
 
+void time_driver_calls(Backend& b, bool on) {
+  auto& st = simulated(b, "time_driver_calls");
+  CAI_SIM(st, caiSimTimeCalls, on ? 1 : 0);
+}
+
+std::map<std::string, std::uint64_t> driver_call_ns(Backend& b) {
+  auto& st = simulated(b, "driver_call_ns");
+  std::vector<unsigned long long> ns(driver_entry_count);
+  CAI_SIM(st, caiSimGetCallTimes, ns.data(), ns.size());
+  std::map<std::string, std::uint64_t> out;
+  for (std::size_t i = 0; i < driver_entry_count; ++i) out[driver_entry_names[i]] = ns[i];
+  return out;
+}
+
 void inject_error(Backend& b, std::string_view entry, int code, unsigned skip, unsigned times) {
   auto& st = simulated(b, "inject_error");
   CAI_SIM(st, caiSimInjectError, std::string(entry).c_str(), static_cast<CUresult>(code), skip,

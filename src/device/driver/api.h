@@ -125,6 +125,8 @@ struct CaiSimStats {
   X(caiSimGetStats, (CaiSimStats* stats))                                                       \
   X(caiSimGetCallCounts, (unsigned long long* counts, std::size_t count))                       \
   X(caiSimResetCallCounts, ())                                                                  \
+  X(caiSimTimeCalls, (int on))                                                                  \
+  X(caiSimGetCallTimes, (unsigned long long* ns, std::size_t count))                            \
   X(caiSimInjectError, (const char* entry, CUresult result, unsigned int skip,                 \
                         unsigned int times))                                                    \
   X(caiSimMemAllocChunked, (CUdeviceptr* ptr, std::size_t chunk_bytes, unsigned int chunks))  \

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -60,6 +61,14 @@ struct Trampoline<CUresult (SimDriver::*)(A...)> {
     if (Index != k_caiSimGetErrorDetail) t_detail.clear();
     if (const CUresult r = d->enter(Index); r != CUDA_SUCCESS) return r;
     try {
+      if (d->timing()) {  // the driver's own time, for benchmarks (caiSimTimeCalls)
+        const auto start = std::chrono::steady_clock::now();
+        const CUresult r = (d->*M)(a...);
+        d->add_time(Index, static_cast<std::uint64_t>(
+                               std::chrono::nanoseconds(std::chrono::steady_clock::now() - start)
+                                   .count()));
+        return r;
+      }
       return (d->*M)(a...);
     } catch (const Error& e) {
       t_detail = e.what();
@@ -226,13 +235,14 @@ std::string hex_text(std::uint64_t v) {
 SimDriver::SimDriver(int devices)
     : devices_(devices),
       instance_(g_next_instance.fetch_add(1)),
-      calls_(new std::atomic<std::uint64_t>[k_entry_count]) {
+      calls_(new std::atomic<std::uint64_t>[k_entry_count]),
+      times_(new std::atomic<std::uint64_t>[k_entry_count]) {
   if (devices < 1 || devices > kMaxDevices) {
     throw_error(Errc::value_error, "simulator: " + std::to_string(devices) +
                                        " devices requested, expected 1 to " +
                                        std::to_string(kMaxDevices));
   }
-  for (std::size_t i = 0; i < k_entry_count; ++i) calls_[i] = 0;
+  for (std::size_t i = 0; i < k_entry_count; ++i) calls_[i] = times_[i] = 0;
   device_state_.resize(static_cast<std::size_t>(devices));
   host_ = {0, std::make_shared<const std::string>("the host")};
   for (int d = 0; d < devices; ++d) {
@@ -394,7 +404,22 @@ CUresult SimDriver::caiSimGetCallCounts(unsigned long long* counts, std::size_t 
 }
 
 CUresult SimDriver::caiSimResetCallCounts() {
-  for (std::size_t i = 0; i < k_entry_count; ++i) calls_[i].store(0, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < k_entry_count; ++i) {
+    calls_[i].store(0, std::memory_order_relaxed);
+    times_[i].store(0, std::memory_order_relaxed);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::caiSimTimeCalls(int on) {
+  timing_.store(on != 0, std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::caiSimGetCallTimes(unsigned long long* ns, std::size_t count) {
+  if (ns == nullptr && count != 0) return CUDA_ERROR_INVALID_VALUE;
+  for (std::size_t i = 0; i < count && i < k_entry_count; ++i)
+    ns[i] = times_[i].load(std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }
 

@@ -156,10 +156,9 @@ CUresult SimDriver::cuLaunchKernel(CUfunction function, unsigned int grid_x, uns
     OperandAccess a = operand_access(e, args, k);
     if (a.lo == a.hi) continue;
     std::int64_t delta = 0;
-    const std::string what =
-        std::string(kernels::kernel_names[index]) + " operand " + std::to_string(k);
     if (CUresult r = reach_locked(a.lo, a.hi, s->device, false, CUDA_ERROR_ILLEGAL_ADDRESS,
-                                  what.c_str(), delta))
+                                  kernels::kernel_names[index].data(), delta, "operand",
+                                  static_cast<std::size_t>(k)))
       return r;
     run.ptr[k] = static_cast<std::uint64_t>(static_cast<std::int64_t>(args.ptr[k]) + delta);
     runs.insert(runs.end(), a.runs.begin(), a.runs.end());
@@ -191,9 +190,8 @@ CUresult SimDriver::caiSimLaunchHostTask(CUstream h, const CaiSimAccess* accesse
     std::int64_t delta = 0;
     if (!mine.empty()) {
       std::uint64_t lo = mine.front().lo, hi = mine.back().hi;
-      const std::string what = std::string(name ? name : "task") + " access " + std::to_string(i);
-      if (CUresult r =
-              reach_locked(lo, hi, -1, true, CUDA_ERROR_ILLEGAL_ADDRESS, what.c_str(), delta))
+      if (CUresult r = reach_locked(lo, hi, -1, true, CUDA_ERROR_ILLEGAL_ADDRESS,
+                                    name ? name : "task", delta, "access", i))
         return r;
     }
     host[i] = static_cast<std::uint64_t>(static_cast<std::int64_t>(accesses[i].ptr) + delta);

@@ -96,33 +96,39 @@ const SimDriver::Allocation* SimDriver::chunks_locked(std::uint64_t lo, std::uin
 }
 
 CUresult SimDriver::reach_locked(std::uint64_t lo, std::uint64_t hi, int device, bool pageable_ok,
-                                 CUresult error, const char* what, std::int64_t& delta) {
-  const std::string where = std::string(what) + " " + range_of(lo, hi);
+                                 CUresult error, const char* what, std::int64_t& delta,
+                                 const char* part, std::size_t index) {
+  // Built only for a message: this check runs for every operand of every operation.
+  const auto where = [&] {
+    std::string s(what);
+    if (part) s.append(" ").append(part).append(" ").append(std::to_string(index));
+    return s + " " + range_of(lo, hi);
+  };
   std::uint64_t base = 0;
   bool partial = false;
   const Allocation* a = find_locked(lo, hi, &base, &partial);
   if (a == nullptr && partial) a = chunks_locked(lo, hi, base);
   if (a == nullptr) {
-    if (partial) return fail(error, where + " straddles the end or the start of an allocation");
+    if (partial) return fail(error, where() + " straddles the end or the start of an allocation");
     for (const DeviceState& ds : device_state_) {
       if (ds.heap && ds.heap->contains(lo))
-        return fail(error, where +
+        return fail(error, where() +
                                " is in device address space but not in any allocation "
                                "(freed, or never allocated)");
     }
     if (!pageable_ok)
-      return fail(error, where +
+      return fail(error, where() +
                              " is not memory the device can access (pageable host memory "
                              "or a wild pointer)");
     if (!host_mapped(lo, hi))
-      return fail(error, where + " is not mapped in this process (a wild pointer)");
+      return fail(error, where() + " is not mapped in this process (a wild pointer)");
     delta = 0;
     return CUDA_SUCCESS;
   }
   const bool on_device = a->kind == Kind::device || a->kind == Kind::pool ||
                          a->kind == Kind::chunk || a->kind == Kind::opened;
   if (on_device && device >= 0 && a->device != device) {
-    return fail(error, where + " is memory of device " + std::to_string(a->device) +
+    return fail(error, where() + " is memory of device " + std::to_string(a->device) +
                            ", which a kernel of device " + std::to_string(device) +
                            " cannot reach (peer access is not enabled)");
   }

@@ -67,6 +67,11 @@ class SimDriver {
   /// Counts a call of entry `index` (driver entries, then the simulator's) and returns the
   /// error injected for it, if any (the trampolines call it first).
   CUresult enter(std::size_t index) noexcept;
+  /// Whether calls are timed (caiSimTimeCalls), and the time of one call of entry `index`.
+  bool timing() const noexcept { return timing_.load(std::memory_order_relaxed); }
+  void add_time(std::size_t index, std::uint64_t ns) noexcept {
+    times_[index].fetch_add(ns, std::memory_order_relaxed);
+  }
 
   /// The slot of this instance in the trampoline tables.
   int slot() const noexcept {
@@ -199,9 +204,11 @@ class SimDriver {
   const Allocation* chunks_locked(std::uint64_t lo, std::uint64_t hi, std::uint64_t& base) const;
   /// The CPU address of [lo, hi) for an operation of `device`'s streams: device memory of that
   /// device, host memory (pinned, registered, managed, or `pageable_ok` host memory outside
-  /// every allocation). Fails with CUDA_ERROR_ILLEGAL_ADDRESS (kernels) or INVALID_VALUE.
+  /// every allocation). Fails with CUDA_ERROR_ILLEGAL_ADDRESS (kernels) or INVALID_VALUE;
+  /// the message names `what` (followed by "<part> <index>" when part is given).
   CUresult reach_locked(std::uint64_t lo, std::uint64_t hi, int device, bool pageable_ok,
-                        CUresult error, const char* what, std::int64_t& delta);
+                        CUresult error, const char* what, std::int64_t& delta,
+                        const char* part = nullptr, std::size_t index = 0);
   /// Enqueues op on s with the legacy-stream ordering; checks and records `runs` first and
   /// changes nothing when they race (throws Error(race)).
   void enqueue_locked(const std::shared_ptr<Stream>& s, Op op, std::span<const AccessRun> runs,
@@ -274,6 +281,8 @@ class SimDriver {
   std::atomic<bool> initialized_{false};
   // Calls and injected errors, by entry index (driver entries, then the simulator's).
   std::unique_ptr<std::atomic<std::uint64_t>[]> calls_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> times_;  // ns inside each entry, when timing_
+  std::atomic<bool> timing_{false};
   struct Injection {
     CUresult result = CUDA_SUCCESS;
     unsigned skip = 0, times = 0;

@@ -969,3 +969,45 @@ TEST(layout_test, transpose_and_permute) {
 
 }  // namespace
 }  // namespace cai
+
+namespace cai {
+namespace {
+
+TEST(layout_test, broadcast_to_follows_numpy) {
+  const Layout row = make({3}, {4}, 4);
+  const Layout b = row.broadcast_to(std::vector<std::int64_t>{2, 3}, "x");
+  EXPECT_EQ(Dims(b.shape()), (Dims{2, 3}));
+  EXPECT_EQ(Dims(b.strides()), (Dims{0, 4}));  // a new leading axis repeats
+  const Layout col = make({2, 1}, {4, 4}, 4);
+  EXPECT_EQ(Dims(col.broadcast_to(std::vector<std::int64_t>{2, 5}, "x").strides()), (Dims{4, 0}));
+  EXPECT_THAT([&] { (void)row.broadcast_to(std::vector<std::int64_t>{2, 4}, "__setitem__()"); },
+              ThrowsCaiError(Errc::value_error,
+                             HasSubstr("__setitem__(): cannot broadcast axis 0 of size 3 to "
+                                       "size 4")));
+  EXPECT_THAT([&] { (void)make({2, 3}, {12, 4}, 4).broadcast_to(std::vector<std::int64_t>{3}, "s"); },
+              ThrowsCaiError(Errc::value_error,
+                             HasSubstr("s: cannot broadcast a 2-d value to a 1-d array")));
+}
+
+TEST(layout_test, is_f_only_is_numpys_order_a) {
+  EXPECT_TRUE(make({2, 3}, {4, 8}, 4).is_f_only());
+  EXPECT_FALSE(make({2, 3}, {12, 4}, 4).is_f_only());
+  EXPECT_FALSE(make({1, 3}, {12, 4}, 4).is_f_only());  // both orders: C wins
+  EXPECT_FALSE(make({2, 3}, {24, 4}, 4).is_f_only());  // neither
+}
+
+TEST(layout_test, element_strides_of_any_item_size) {
+  // Powers of two take a shift, others a division: the same rule.
+  for (const std::int64_t itemsize : {1, 2, 4, 8, 16, 3, 6, 12}) {
+    const Layout l = make({4, 5}, {-5 * 2 * itemsize, 2 * itemsize}, itemsize);
+    std::int64_t out[2];
+    ASSERT_TRUE(l.try_element_strides(out)) << itemsize;
+    EXPECT_EQ(out[0], -10) << itemsize;
+    EXPECT_EQ(out[1], 2) << itemsize;
+    if (itemsize > 1)
+      EXPECT_FALSE(make({4, 5}, {itemsize * 5, itemsize + 1}, itemsize).try_element_strides(out));
+  }
+}
+
+}  // namespace
+}  // namespace cai

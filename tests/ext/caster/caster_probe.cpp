@@ -127,4 +127,23 @@ NB_MODULE(CAI_PROBE_MODULE, m) {
   m.def("slice_error", [](cai::nb::array<const float, 1> a) {
     return a.ref().slice(0, 1, a.shape(0) + 1).shape(0);  // cai::Error(index_error)
   });
+
+  // The C API's layout as this module's compiler sees it (tests/python/test_capi_layout.py).
+  m.def("capi_layout", [] {
+    nb::dict slots;
+#define CAI_PROBE_SLOT(ret, name, params, since) slots[#name] = offsetof(CaiCApi, name);
+    CAI_CAPI_SLOTS(CAI_PROBE_SLOT)
+#undef CAI_PROBE_SLOT
+    nb::dict d;
+    d["slots"] = slots;
+    d["CaiCApi"] = sizeof(CaiCApi);
+    d["CaiArrayInfo"] = nb::make_tuple(sizeof(CaiArrayInfo), offsetof(CaiArrayInfo, stream),
+                                       offsetof(CaiArrayInfo, typestr),
+                                       offsetof(CaiArrayInfo, array));
+    d["CaiArrayRequest"] = sizeof(CaiArrayRequest);
+    d["CaiMemory"] = nb::make_tuple(sizeof(CaiMemory), offsetof(CaiMemory, release_context));
+    d["CaiHostTask"] = nb::make_tuple(sizeof(CaiHostTask), offsetof(CaiHostTask, run_at));
+    d["version"] = CAI_CAPI_VERSION;
+    return d;
+  });
 }

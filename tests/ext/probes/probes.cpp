@@ -46,6 +46,8 @@ nb::dict describe(const DLTensor& t) {
 // table, which wraps the tensors of cai's table and counts their deletions.
 struct ForeignProducer {
   nb::object array;
+  const DLPackExchangeAPI* inner_api = nullptr;  // the array's table, found once (as a real
+                                                 // producer has its own at hand)
   static inline std::atomic<int> deleted{0};
   static inline std::uint64_t work_stream = 0;  // what current_work_stream reports
 };
@@ -59,7 +61,7 @@ int foreign_from_py_object(void* obj, DLManagedTensorVersioned** out) {
   try {
     auto* p = nb::inst_ptr<ForeignProducer>(nb::handle(static_cast<PyObject*>(obj)));
     DLManagedTensorVersioned* inner = nullptr;
-    if (table_of(p->array)->managed_tensor_from_py_object_no_sync(p->array.ptr(), &inner) != 0)
+    if (p->inner_api->managed_tensor_from_py_object_no_sync(p->array.ptr(), &inner) != 0)
       return -1;
     auto* ctx = new ForeignCtx;
     ctx->inner = inner;
@@ -167,8 +169,7 @@ NB_MODULE(_cai_probes, p) {
   nb::class_<ForeignProducer> cls(p, "ForeignProducer");
   cls.def("__init__",
           [](ForeignProducer* self, nb::handle arr) {
-            (void)table_of(arr);  // it must have one
-            new (self) ForeignProducer{nb::borrow(arr)};
+            new (self) ForeignProducer{nb::borrow(arr), table_of(arr)};  // it must have one
           })
       .def("__dlpack__",
            [](ForeignProducer&, nb::args, nb::kwargs) -> nb::object {
