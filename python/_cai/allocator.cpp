@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "cai/arrays/allocator.h"
 #include "bindings.h"
+#include "cai/arrays/allocator.h"
 #include "convert.h"
 #include "gil.h"
 

@@ -371,7 +371,7 @@ View view_of(Interface&& itf, std::shared_ptr<const View> mask, nb::handle owner
              std::optional<device::StreamHandle>* deferred) {
   const bool order = ordered(itf, sync);
   if (order && deferred) *deferred = *itf.stream;
-  auto state = order && !deferred ? sync::SyncState::imported(device::backend(), *itf.stream)
+  auto state = order && !deferred   ? sync::SyncState::imported(device::backend(), *itf.stream)
                : unnamed(itf, sync) ? sync::SyncState::imported_without_stream()
                                     : std::make_shared<sync::SyncState>();
   View v(itf.ptr, std::move(itf.dtype), std::move(itf.layout), itf.readonly, std::move(state),
@@ -572,8 +572,9 @@ nb::dict with_stream(nb::dict d, const DType& t, std::optional<device::StreamHan
 nb::dict export_interface(const View& v) {
   const auto stream =
       config().export_stream ? v.sync()->export_handle(device::backend()) : std::nullopt;
-  return with_stream(export_fixed_part(v.ptr(), v.dtype(), v.layout(), v.readonly(), v.mask().get()),
-                     v.dtype(), stream);
+  return with_stream(
+      export_fixed_part(v.ptr(), v.dtype(), v.layout(), v.readonly(), v.mask().get()), v.dtype(),
+      stream);
 }
 
 nb::dict export_interface(PyArray& a) {

@@ -10,11 +10,11 @@
 #include <utility>
 
 #include "array.h"
+#include "bindings.h"
 #include "cai/arrays/devices.h"
 #include "cai/arrays/ipc.h"
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
-#include "bindings.h"
 #include "gil.h"
 #include "streams.h"
 

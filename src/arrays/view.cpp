@@ -90,8 +90,8 @@ View View::allocate(DType dtype, std::span<const std::int64_t> shape, bool fortr
       fortran_order ? Layout::f_contiguous(shape, itemsize) : Layout::c_contiguous(shape, itemsize);
   if (layout.size() == 0)
     return View(0, std::move(dtype), std::move(layout), false, sync::SyncState::idle(stream), {});
-  auto buffer = std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(layout.nbytes()),
-                                               stream);
+  auto buffer =
+      std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(layout.nbytes()), stream);
   // Memory from the backend is idle; an allocator's is ready only in order on its stream.
   auto state = buffer->stream_ordered() ? std::make_shared<sync::SyncState>(std::move(stream))
                                         : sync::SyncState::idle(std::move(stream));
