@@ -403,7 +403,8 @@ bool blocking_stream(nb::handle stream) {
   return v == 0;
 }
 
-// The values of v (not its mask) in a NumPy array: a new one, or `ary`; waits for the copy.
+// The values of v (not its mask) in a NumPy array: a new one, or `ary`; waits for the copy
+// unless !blocking and the target is page-locked and contiguous (the copy is then queued).
 nb::object data_to_host(const View& v, nb::handle dt, nb::handle ary, const sync::StreamRef& s,
                         bool blocking) {
   nb::object target;
@@ -677,8 +678,7 @@ nb::object to_device(nb::handle obj, nb::handle stream) {
 
 void bind_array(nb::module_& m) {
   auto cls = nb::class_<PyArray>(
-      m, "DeviceNDArray", nb::is_weak_referenceable(), nb::type_slots(g_array_slots),
-      nb::pooled(),
+      m, "DeviceNDArray", nb::is_weak_referenceable(), nb::type_slots(g_array_slots), nb::pooled(),
       "An array in device memory (or simulator memory), created by cai or imported from any "
       "object with __cuda_array_interface__. Indexing gives views; every operation is ordered "
       "on streams as CAI v3 requires.");
@@ -704,7 +704,8 @@ void bind_array(nb::module_& m) {
             return nb::cast(PyStream{*s, false});
           },
           "The stream after which all work queued on this array is complete (its default "
-          "stream), or None when none was ever queued.")
+          "stream), or None when none was ever queued, and for an import from a foreign "
+          "stream until its first use (an event stands for the producer's work then).")
       .def_prop_ro("mask",
                    [](PyArray& a) -> nb::object {
                      if (!a.masked()) return nb::none();
@@ -729,15 +730,19 @@ void bind_array(nb::module_& m) {
       .def("is_f_contiguous", [](const PyArray& a) { return a.layout().is_f_contiguous(); })
       .def("copy_to_host", exit_safe(&copy_to_host_impl), nb::arg("ary").none() = nb::none(),
            nb::arg("stream").none() = 0,
-           "Copies to a NumPy array (a new one, or `ary`) and waits for the copy. A masked "
-           "array gives a numpy.ma.MaskedArray (masked where the array's mask is false).")
+           "Copies to a NumPy array (a new one, or `ary`). Without a stream it waits for the "
+           "copy; with `stream=` and page-locked `ary` (pinned_array, mapped_array) the copy "
+           "is queued and the call returns at once (synchronize the stream before reading), "
+           "and with pageable memory it waits, as CUDA does. A masked array gives a "
+           "numpy.ma.MaskedArray (masked where the array's mask is false).")
       .def("copy_to_device", exit_safe(&copy_to_device_impl), nb::arg("obj"),
            nb::arg("stream").none() = 0,
            "Copies a host array (anything NumPy reads) or a device array into this array.")
       .def("__repr__", &array_repr);
 
-  m.def("device_array", exit_safe([](nb::handle shape, nb::handle dtype, nb::handle strides,
-                                     const std::string& order, nb::handle stream) {
+  m.def("device_array",
+        exit_safe([](nb::handle shape, nb::handle dtype, nb::handle strides,
+                     const std::string& order, nb::handle stream) {
           return new_device_array("device_array()", device::MemoryKind::device, shape, dtype,
                                   strides, order, stream);
         }),
@@ -766,8 +771,8 @@ void bind_array(nb::module_& m) {
           if (wc)
             throw_error(Errc::not_implemented,
                         "mapped_array(): wc=True (write-combined memory) is not supported");
-          return new_device_array("mapped_array()", device::MemoryKind::pinned_host, shape,
-                                  dtype, strides, order, stream);
+          return new_device_array("mapped_array()", device::MemoryKind::pinned_host, shape, dtype,
+                                  strides, order, stream);
         }),
         nb::arg("shape").none(), nb::arg("dtype") = nb::handle((PyObject*)&PyFloat_Type),
         nb::arg("strides") = nb::none(), nb::arg("order") = "C", nb::arg("stream").none() = 0,

@@ -612,8 +612,10 @@ void bind_interface(nb::module_& m) {
       METH_FASTCALL | METH_KEYWORDS,
       "as_cuda_array(obj, sync=True)\n--\n\n"
       "A DeviceNDArray viewing any object with __cuda_array_interface__ (no copy); keeps `obj` "
-      "alive. With sync (and cai.config.CUDA_ARRAY_INTERFACE_SYNC), the producer's stream "
-      "becomes the array's stream and later work is ordered after it with events."};
+      "alive. With sync (and cai.config.CUDA_ARRAY_INTERFACE_SYNC), later work is ordered after "
+      "the producer's stream with events, without blocking: the default streams (1, 2) become "
+      "the array's stream; any other stream is stood for by an event recorded at the import "
+      "(the producer may destroy its stream afterwards)."};
   m.attr("as_cuda_array") =
       nb::steal(PyCFunction_NewEx(&as_cuda_array_def, nullptr, m.attr("__name__").ptr()));
   m.def("from_cuda_array_interface", exit_safe([](nb::handle desc, nb::handle owner, bool sync) {
