@@ -93,6 +93,8 @@ class FreeQueue {
   std::deque<CheckedFree> queue_;
   std::unordered_map<std::uint64_t, int> freeing_;  // allocation starts queued or being freed
   std::atomic<std::size_t> in_flight_{0};           // queued or being freed
+  std::uint64_t running_ = 0;                       // the allocation being freed now, or 0
+  bool running_marked_ = false;                     // whether it still counts in freeing_
   bool stop_ = false;
   std::thread thread_;
 };

@@ -1,5 +1,6 @@
 // The backend's peer copies and interprocess memory and events (docs/scale-out.md).
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -90,6 +91,8 @@ void Backend::ipc_close_memory(std::uint64_t base) {
     f.marked = --it->second == 0;
     if (f.marked) st.ipc_opened.erase(it);
   }
+  // From now on the memory reads as closed: a remembered range would say otherwise.
+  if (f.marked) st.ranges.forget(base, std::max<std::uint64_t>(f.info.alloc_size, 1));
   // Closed on the free thread: the close waits for the work of the whole context.
   st.frees.push(st, std::move(f));
 }

@@ -316,6 +316,12 @@ void FreeQueue::push(BackendState& st, CheckedFree f) {
 void FreeQueue::unmark(std::uint64_t base) {
   if (in_flight_.load(std::memory_order_acquire) == 0) return;
   std::lock_guard lock(mu_);
+  // The frees queued so far stop counting (each decrements only while marked), so that a
+  // later free of the same memory keeps it marked until that free itself is done.
+  for (CheckedFree& f : queue_) {
+    if (f.ptr == base) f.marked = false;
+  }
+  if (running_ == base) running_marked_ = false;
   freeing_.erase(base);
 }
 
@@ -332,6 +338,8 @@ void FreeQueue::run(BackendState& st) {
     if (queue_.empty()) return;  // stopping, nothing left
     const CheckedFree f = std::move(queue_.front());
     queue_.pop_front();
+    running_ = f.ptr;
+    running_marked_ = f.marked;
     lock.unlock();
     try {
       st.free_checked(f);
@@ -339,8 +347,10 @@ void FreeQueue::run(BackendState& st) {
       // As a destructor's failed free: the allocation leaks, nothing else is touched.
     }
     lock.lock();
-    if (auto it = freeing_.find(f.ptr); f.marked && it != freeing_.end() && --it->second == 0)
+    if (auto it = freeing_.find(f.ptr);
+        running_marked_ && it != freeing_.end() && --it->second == 0)
       freeing_.erase(it);
+    running_ = 0;
     if (in_flight_.fetch_sub(1) == 1) done_.notify_all();
   }
 }

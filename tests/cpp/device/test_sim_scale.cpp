@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <future>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "cai_matchers.h"
@@ -240,6 +242,51 @@ TEST_F(SimScaleTest, another_process_maps_the_memory_and_waits_for_the_event) {
   EXPECT_EQ(download(d, 5)[4], 0x22222222);
   sim->event_destroy(e);
   sim->stream_destroy(s);
+  sim->free(d);
+}
+
+TEST_F(SimScaleTest, memory_closed_again_while_an_earlier_close_runs_reads_as_freed) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "fork with threads under ThreadSanitizer";
+#endif
+  // Open, close (queued), open again, close again: the first close ending must not make the
+  // memory read as live while the second is still queued.
+  const std::uint64_t d = sim->alloc(MemoryKind::device, 4096);
+  const IpcMemoryHandle mh = sim->ipc_export_memory(d);
+  const pid_t child = start_child([&] {
+    auto mine = test::make_simulator(1);
+    const StreamHandle s = mine->stream_create(false);
+    // Each close waits for the context's work: two gates hold the first and the second.
+    std::promise<void> gate1, gate2;
+    mine->launch_host_func(s, [f = gate1.get_future().share()] { f.wait(); });
+    const std::uint64_t p = mine->ipc_open_memory(mh);
+    mine->ipc_close_memory(p);  // the free thread waits for gate 1
+    if (mine->ipc_open_memory(mh) != p) return 1;
+    if (mine->pointer_info(p).kind != MemoryKind::device) return 2;  // in use again
+    mine->ipc_close_memory(p);
+    if (mine->pointer_info(p).kind != MemoryKind::unregistered) return 3;
+    // Waits (bounded) until the free thread has called cuCtxSynchronize `n` times.
+    auto until_syncs = [&](std::uint64_t n) {
+      for (int i = 0; sim::driver_calls(*mine)["cuCtxSynchronize"] < n; ++i) {
+        if (i == 10'000'000) return false;
+        std::this_thread::yield();
+      }
+      return true;
+    };
+    if (!until_syncs(1)) return 4;  // the first close waits for gate 1
+    // Enqueued after that wait began, so only the second close waits for it.
+    mine->launch_host_func(s, [f = gate2.get_future().share()] { f.wait(); });
+    gate1.set_value();
+    // The first close is done once the second one's wait for the context has begun.
+    if (!until_syncs(2)) return 4;
+    const bool freed = mine->pointer_info(p).kind == MemoryKind::unregistered;
+    gate2.set_value();
+    mine->flush_frees();
+    mine->stream_synchronize(s);
+    mine->stream_destroy(s);
+    return freed ? 0 : 5;
+  });
+  EXPECT_EQ(wait_child(child), 0);
   sim->free(d);
 }
 
