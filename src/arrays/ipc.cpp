@@ -529,6 +529,12 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
       std::erase_if(st.imports_by_base, [](const auto& e) { return e.second.expired(); });
       st.imports[key] = mapping;
       st.imports_by_base[mapping->base] = mapping;
+    } else if (mapping->origin.memory.bytes != h.memory.bytes) {
+      // The same shared allocation is named by the same driver handle: another one is forged.
+      throw_error(Errc::value_error, std::string(where) +
+                                         ": the handle's memory descriptor differs from the one "
+                                         "this process opened for the same shared allocation; "
+                                         "the handle is corrupt");
     }
     base = mapping->base;
     // The driver mapped what the exporter shared: the handle's own sizes must agree with it.

@@ -163,7 +163,7 @@ CUresult SimDriver::cuIpcOpenMemHandle(CUdeviceptr* ptr, CUipcMemHandle handle,
     std::lock_guard lk(mu_);
     int device = 0;
     if (CUresult r = need_context_locked(device)) return r;
-    auto known = opened_.find({bits.pid, bits.start_time, bits.slot, bits.token});
+    auto known = opened_.find({bits.pid, bits.start_time, bits.table_fd, bits.slot, bits.token});
     if (known != opened_.end()) {
       ++memory_.at(known->second).opened_refs;
       *ptr = known->second;
@@ -206,7 +206,7 @@ CUresult SimDriver::cuIpcOpenMemHandle(CUdeviceptr* ptr, CUipcMemHandle handle,
   a.mapping = std::move(segment);
   a.opened_refs = 1;
   add_allocation_locked(base, std::move(a));
-  opened_[{bits.pid, bits.start_time, bits.slot, bits.token}] = base;
+  opened_[{bits.pid, bits.start_time, bits.table_fd, bits.slot, bits.token}] = base;
   *ptr = base;
   return CUDA_SUCCESS;
 }

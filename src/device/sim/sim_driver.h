@@ -68,7 +68,9 @@ class SimDriver {
   /// error injected for it, if any (the trampolines call it first).
   CUresult enter(std::size_t index) noexcept;
   /// Whether calls are timed (caiSimTimeCalls), and the time of one call of entry `index`.
-  bool timing() const noexcept { return timing_.load(std::memory_order_relaxed); }
+  bool timing() const noexcept {
+    return timing_.load(std::memory_order_relaxed);
+  }
   void add_time(std::size_t index, std::uint64_t ns) noexcept {
     times_[index].fetch_add(ns, std::memory_order_relaxed);
   }
@@ -272,8 +274,11 @@ class SimDriver {
   std::vector<std::uint32_t> free_event_slots_;
   std::uint32_t next_event_slot_ = 0;
   std::shared_ptr<SharedMapping> export_table_;
-  /// Memory opened from other processes: (pid, start time, slot, token) -> its address here.
-  std::map<std::tuple<std::int32_t, std::uint64_t, std::uint32_t, std::uint64_t>, std::uint64_t>
+  /// Memory opened from other processes: (pid, start time, table descriptor, slot, token) ->
+  /// its address here. Every field of the handle is in the key: a handle that differs from an
+  /// opened one in any field is checked in full, never taken for it.
+  std::map<std::tuple<std::int32_t, std::uint64_t, std::int32_t, std::uint32_t, std::uint64_t>,
+           std::uint64_t>
       opened_;
   std::vector<std::uint32_t> free_export_slots_;
   std::uint32_t next_export_slot_ = 0;

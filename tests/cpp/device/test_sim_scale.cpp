@@ -290,5 +290,34 @@ TEST_F(SimScaleTest, memory_closed_again_while_an_earlier_close_runs_reads_as_fr
   sim->free(d);
 }
 
+TEST_F(SimScaleTest, a_handle_differing_from_an_opened_one_is_checked_in_full) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "fork with threads under ThreadSanitizer";
+#endif
+  const std::uint64_t d = sim->alloc(MemoryKind::device, 4096);
+  const IpcMemoryHandle mh = sim->ipc_export_memory(d);
+  const pid_t child = start_child([&] {
+    auto mine = test::make_simulator(1);
+    const std::uint64_t p = mine->ipc_open_memory(mh);
+    // Each byte of the handle flipped in turn while the genuine one is open: none is taken
+    // for it (the exporter's table descriptor included).
+    for (std::size_t i = 0; i < 40; ++i) {
+      IpcMemoryHandle forged = mh;
+      forged.bytes[i] ^= 0xFF;
+      try {
+        const std::uint64_t q = mine->ipc_open_memory(forged);
+        mine->ipc_close_memory(q);
+        return 10 + static_cast<int>(i);
+      } catch (const Error&) {
+      }
+    }
+    mine->ipc_close_memory(p);
+    mine->flush_frees();
+    return 0;
+  });
+  EXPECT_EQ(wait_child(child), 0);
+  sim->free(d);
+}
+
 }  // namespace
 }  // namespace cai::device::detail
