@@ -16,6 +16,10 @@
 #include "device/sim/device_heap.h"
 #include "test_sim_util.h"
 
+#if defined(CAI_TEST_COVERAGE)
+extern "C" void __gcov_dump();  // libgcov, in a --coverage build
+#endif
+
 namespace cai::device::detail {
 namespace {
 
@@ -158,6 +162,9 @@ pid_t start_child(F child) {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "child: %s\n", e.what());
     }
+#if defined(CAI_TEST_COVERAGE)
+    __gcov_dump();  // _exit skips the write of the line counts at exit
+#endif
     ::_exit(code);
   }
   return pid;
