@@ -38,7 +38,7 @@ PyObject* elementwise_call(PyObject*, PyObject* const* args, Py_ssize_t nargs,
                            PyObject* kwnames) noexcept {
   return fastcall([&] {
     constexpr auto op = static_cast<device::ElementwiseOp>(Op);
-    // The argument names ("a", "b", "out", "stream") and "add()", ...: made once.
+    // The argument names ("a", "b", "out", "stream"): made once.
     static const std::array<PyObject*, N + 2> names = [] {
       std::array<PyObject*, N + 2> n{};
       for (std::size_t k = 0; k < N; ++k)
@@ -47,13 +47,7 @@ PyObject* elementwise_call(PyObject*, PyObject* const* args, Py_ssize_t nargs,
       n[N + 1] = PyUnicode_InternFromString("stream");
       return n;
     }();
-    static const auto entries = [] {
-      std::array<std::string, device::elementwise_op_count> e;
-      for (int i = 0; i < device::elementwise_op_count; ++i)
-        e[i] = std::string(device::info(static_cast<device::ElementwiseOp>(i)).name) + "()";
-      return e;
-    }();
-    const char* entry = entries[static_cast<int>(op)].c_str();
+    const char* entry = elementwise_entry(op);
     std::array<PyObject*, N + 2> in{};
     in[N + 1] = zero();
     read_args(entry, args, static_cast<std::size_t>(nargs), kwnames, names, N + 2, N + 1, in);
@@ -108,7 +102,8 @@ void bind_ops(nb::module_& m) {
   static const auto calls = []<int... Op>(std::integer_sequence<int, Op...>) {
     return std::array<PyCFunction, sizeof...(Op)>{
         reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&elementwise_call<Op>))...};
-  }(std::make_integer_sequence<int, device::elementwise_op_count>{});
+  }
+  (std::make_integer_sequence<int, device::elementwise_op_count>{});
   static std::array<std::string, device::elementwise_op_count> docs;
   for (int i = 0; i < device::elementwise_op_count; ++i) {
     const auto op = static_cast<device::ElementwiseOp>(i);

@@ -141,6 +141,17 @@ void fill(const View& dst, const void* value, const sync::StreamRef& stream) {
   order.finish();
 }
 
+const char* elementwise_entry(device::ElementwiseOp op) noexcept {
+  // "add()", ...: made once.
+  static const auto entries = [] {
+    std::array<std::string, device::elementwise_op_count> e;
+    for (int i = 0; i < device::elementwise_op_count; ++i)
+      e[i] = std::string(device::info(static_cast<device::ElementwiseOp>(i)).name) + "()";
+    return e;
+  }();
+  return entries[static_cast<int>(op)].c_str();
+}
+
 void elementwise(device::ElementwiseOp op, const View& out, std::span<const View* const> inputs,
                  const sync::StreamRef& stream) {
   if (!device::is_valid(op)) {
@@ -148,14 +159,7 @@ void elementwise(device::ElementwiseOp op, const View& out, std::span<const View
                 "elementwise(): unknown operation " + std::to_string(static_cast<int>(op)));
   }
   const device::ElementwiseOpInfo& info = device::info(op);
-  // "add()", ...: the entry names of the messages, made once.
-  static const auto entries = [] {
-    std::array<std::string, device::elementwise_op_count> e;
-    for (int i = 0; i < device::elementwise_op_count; ++i)
-      e[i] = std::string(device::info(static_cast<device::ElementwiseOp>(i)).name) + "()";
-    return e;
-  }();
-  const char* entry = entries[static_cast<int>(op)].c_str();
+  const char* entry = elementwise_entry(op);
   if (inputs.size() != static_cast<std::size_t>(info.inputs)) {
     throw_error(Errc::value_error, std::string(entry) + ": takes " + std::to_string(info.inputs) +
                                        " inputs, got " + std::to_string(inputs.size()));
@@ -188,8 +192,7 @@ void elementwise(device::ElementwiseOp op, const View& out, std::span<const View
   std::array<Operand, 1 + device::max_elementwise_inputs> operands;
   operands[0] = operand(target);
   for (std::size_t k = 0; k < inputs.size(); ++k) operands[k + 1] = operand(*inputs[k]);
-  backend.elementwise_async(op, type, std::span(operands.data(), 1 + inputs.size()),
-                            stream.handle);
+  backend.elementwise_async(op, type, std::span(operands.data(), 1 + inputs.size()), stream.handle);
   if (stage) backend.copy_strided_async(operand(out), operand(target), stream.handle);
   order.finish();
 }

@@ -15,6 +15,8 @@ namespace cai {
 void copy(const View& dst, const View& src, const sync::StreamRef& stream);
 /// Every element of dst = the `dtype.itemsize()` bytes at `value`.
 void fill(const View& dst, const void* value, const sync::StreamRef& stream);
+/// The name the messages of operation `op` start with ("add()", ...); op must be valid.
+const char* elementwise_entry(device::ElementwiseOp op) noexcept;
 /// out = op(inputs...) elementwise; same shape and dtype (one the operation supports), any
 /// strides. An out that partly overlaps an input is computed into a temporary first, so the
 /// result never depends on the order of the elements (it is NumPy's).
