@@ -42,10 +42,10 @@ Operand operand(const View& v) {
   return {v.ptr(), v.layout()};
 }
 
-// True when b partly overlaps a: some bytes in common without being a's elements exactly (an
-// elementwise operation may write its input in place only element for element).
-bool partly_overlaps(const View& a, const View& b) {
-  const auto ra = a.layout().byte_range(a.ptr());
+// True when b partly overlaps a, whose byte range is ra: some bytes in common without being
+// a's elements exactly (an elementwise operation may write its input in place only element for
+// element).
+bool partly_overlaps(const View& a, const std::optional<ByteRange>& ra, const View& b) {
   const auto rb = b.layout().byte_range(b.ptr());
   if (ra && rb && !may_share_memory(*ra, *rb)) return false;
   return !same_elements(a.ptr(), a.strides(), b.ptr(), b.strides(), a.shape());
@@ -185,10 +185,13 @@ void elementwise(device::ElementwiseOp op, const View& out, std::span<const View
   sync::StreamOrder order(backend, stream);
   order.add(*out.sync());
   for (const View* in : inputs) order.add(*in->sync());
-  const bool stage =
-      std::ranges::any_of(inputs, [&](const View* in) { return partly_overlaps(out, *in); });
+  const std::optional<ByteRange> out_range = out.layout().byte_range(out.ptr());
+  const bool stage = std::ranges::any_of(
+      inputs, [&](const View* in) { return partly_overlaps(out, out_range, *in); });
   // Stage a partly overlapping out through a temporary, as NumPy does.
-  const View target = stage ? stream_temporary(out, stream) : out;
+  std::optional<View> temporary;
+  if (stage) temporary = stream_temporary(out, stream);
+  const View& target = stage ? *temporary : out;
   std::array<Operand, 1 + device::max_elementwise_inputs> operands;
   operands[0] = operand(target);
   for (std::size_t k = 0; k < inputs.size(); ++k) operands[k + 1] = operand(*inputs[k]);

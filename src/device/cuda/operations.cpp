@@ -231,28 +231,33 @@ void Backend::elementwise_async(ElementwiseOp op, ElementType type,
   }
   const std::size_t align = detail::kAlignment[static_cast<int>(type)];
   Staging stage(on);
-  std::array<Operand, CAI_KERNEL_MAX_OPERANDS> ops;
+  // The operands as given, or a staged copy where the kernel cannot use them in place.
+  std::array<Operand, CAI_KERNEL_MAX_OPERANDS> staged;
+  std::array<const Operand*, CAI_KERNEL_MAX_OPERANDS> ops{};
   for (std::size_t k = 0; k < operands.size(); ++k) {
     const bool out = k == 0;
-    ops[k] = operands[k];
+    ops[k] = &operands[k];
     if (!kernel_can_access(infos[k], on.device)) {
-      ops[k].ptr = out ? stage.out(ops[k].ptr, ranges[k], operands[k].layout.is_dense())
-                       : stage.in(ops[k].ptr, ranges[k]);
+      staged[k] = operands[k];
+      staged[k].ptr = out ? stage.out(staged[k].ptr, ranges[k], operands[k].layout.is_dense())
+                          : stage.in(staged[k].ptr, ranges[k]);
+      ops[k] = &staged[k];
     }
-    if (!detail::aligned(ops[k], align)) {
-      ops[k] = out ? stage.out_contiguous(ops[k]) : stage.in_contiguous(ops[k]);
+    if (!detail::aligned(*ops[k], align)) {
+      staged[k] = out ? stage.out_contiguous(*ops[k]) : stage.in_contiguous(*ops[k]);
+      ops[k] = &staged[k];
     }
   }
   switch (operands.size()) {
     case 2:
       detail::launch(on,
-                     kernels::plan_elementwise<2>(where, op, type, {ops[0].ptr, ops[1].ptr},
-                                                  kernels::merge_operands<2>({&ops[0], &ops[1]})));
+                     kernels::plan_elementwise<2>(where, op, type, {ops[0]->ptr, ops[1]->ptr},
+                                                  kernels::merge_operands<2>({ops[0], ops[1]})));
       break;
     case 3:
-      detail::launch(on, kernels::plan_elementwise<3>(
-                             where, op, type, {ops[0].ptr, ops[1].ptr, ops[2].ptr},
-                             kernels::merge_operands<3>({&ops[0], &ops[1], &ops[2]})));
+      detail::launch(
+          on, kernels::plan_elementwise<3>(where, op, type, {ops[0]->ptr, ops[1]->ptr, ops[2]->ptr},
+                                           kernels::merge_operands<3>({ops[0], ops[1], ops[2]})));
       break;
     default:
       throw_error(Errc::not_implemented,
