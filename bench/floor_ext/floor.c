@@ -14,23 +14,21 @@
 #define MAX_NDIM 8
 
 typedef struct {
-  PyObject_HEAD
-  uint64_t ptr;
+  PyObject_HEAD uint64_t ptr;
   int ndim;
   int readonly;
   int64_t shape[MAX_NDIM];
   int64_t strides[MAX_NDIM]; /* bytes */
   int64_t elem_strides[MAX_NDIM];
   uint64_t stream;
-  PyObject* owner;                   /* a CAI producer, or NULL */
-  DLManagedTensorVersioned* tensor;  /* a DLPack tensor this array owns, or NULL */
-  PyObject* cai;                     /* the fixed entries of its CAI dict */
+  PyObject* owner;                  /* a CAI producer, or NULL */
+  DLManagedTensorVersioned* tensor; /* a DLPack tensor this array owns, or NULL */
+  PyObject* cai;                    /* the fixed entries of its CAI dict */
 } FloorArray;
 
 static PyTypeObject FloorArrayType;
-static PyObject *k_shape, *k_typestr, *k_data, *k_version, *k_strides, *k_stream, *k_cai,
-    *k_f4, *k_dlpack, *k_dlpack_device, *k_max_version, *k_exchange, *kw_stream_version,
-    *v_version13;
+static PyObject *k_shape, *k_typestr, *k_data, *k_version, *k_strides, *k_stream, *k_cai, *k_f4,
+    *k_dlpack, *k_dlpack_device, *k_max_version, *k_exchange, *kw_stream_version, *v_version13;
 
 static FloorArray* new_array(void) {
   FloorArray* a = PyObject_New(FloorArray, &FloorArrayType);
@@ -55,10 +53,9 @@ static PyObject* array_cai(FloorArray* a, void* closure) {
   if (!a->cai) {
     PyObject* shape = PyTuple_New(a->ndim);
     for (int i = 0; i < a->ndim; ++i) PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(a->shape[i]));
-    a->cai = Py_BuildValue("{O:N,O:O,O:(NO),O:i,O:O,O:O}", k_shape, shape, k_typestr, k_f4,
-                           k_data, PyLong_FromUnsignedLongLong(a->ptr),
-                           a->readonly ? Py_True : Py_False, k_version, 3, k_strides, Py_None,
-                           k_stream, Py_None);
+    a->cai = Py_BuildValue("{O:N,O:O,O:(NO),O:i,O:O,O:O}", k_shape, shape, k_typestr, k_f4, k_data,
+                           PyLong_FromUnsignedLongLong(a->ptr), a->readonly ? Py_True : Py_False,
+                           k_version, 3, k_strides, Py_None, k_stream, Py_None);
     if (!a->cai) return NULL;
   }
   return PyDict_Copy(a->cai);
@@ -128,8 +125,7 @@ static PyObject* array_dlpack_device(FloorArray* a, PyObject* unused) {
 static PyGetSetDef array_getset[] = {
     {"__cuda_array_interface__", (getter)array_cai, NULL, NULL, NULL}, {NULL}};
 static PyMethodDef array_methods[] = {
-    {"__dlpack__", (PyCFunction)(void (*)(void))array_dlpack, METH_FASTCALL | METH_KEYWORDS,
-     NULL},
+    {"__dlpack__", (PyCFunction)(void (*)(void))array_dlpack, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"__dlpack_device__", (PyCFunction)array_dlpack_device, METH_NOARGS, NULL},
     {NULL}};
 
@@ -159,12 +155,18 @@ static PyObject* import_dict(PyObject* d, PyObject* owner) {
            *stream = NULL, *key, *value;
   Py_ssize_t pos = 0;
   while (PyDict_Next(d, &pos, &key, &value)) {
-    if (key == k_shape) shape = value;
-    else if (key == k_typestr) typestr = value;
-    else if (key == k_data) data = value;
-    else if (key == k_version) version = value;
-    else if (key == k_strides) strides = value;
-    else if (key == k_stream) stream = value;
+    if (key == k_shape)
+      shape = value;
+    else if (key == k_typestr)
+      typestr = value;
+    else if (key == k_data)
+      data = value;
+    else if (key == k_version)
+      version = value;
+    else if (key == k_strides)
+      strides = value;
+    else if (key == k_stream)
+      stream = value;
   }
   if (!shape || !typestr || !data || !version) goto bad;
   FloorArray* a = new_array();
@@ -311,8 +313,8 @@ static PyObject* from_dlpack(PyObject* self, PyObject* obj) {
     return wrap_tensor(t);
   }
   /* Else __dlpack_device__() and __dlpack__(stream=1, max_version=(1, 3)). */
-  PyObject* dev = PyObject_VectorcallMethod(k_dlpack_device, &obj,
-                                            1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+  PyObject* dev =
+      PyObject_VectorcallMethod(k_dlpack_device, &obj, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
   if (!dev) return NULL;
   Py_DECREF(dev);
   PyObject* one = PyLong_FromLong(1);

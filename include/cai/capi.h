@@ -146,7 +146,7 @@ typedef struct CaiHostTask {
  * (built by any compiler) call through the slots by position, so the order is the ABI
  * (tests/python/test_capi_layout.py checks each offset). cai._cai fills slot NAME with its
  * function capi_NAME (python/_cai/capi.cpp). */
-#define CAI_CAPI_SLOTS(X)                                                                        \
+#define CAI_CAPI_SLOTS(X)                                                                       \
   /** Imports `obj` (anything with __cuda_array_interface__ or DLPack; cai arrays as they are)  \
    *  with the CAI v3 import rules, and checks it against `request` (NULL: no check) with the   \
    *  typed-view rule of docs/cpp-typed-view.md; `entry` starts the messages. Returns 0 and     \
@@ -154,55 +154,55 @@ typedef struct CaiHostTask {
    *  obj is a GPU array that does not fit, with a TypeError set that says why (none with       \
    *  CAI_IMPORT_QUIET in `options`); -1 with the exception set when obj cannot be imported.    \
    *  Allocation-free for a cai array that fits. */                                             \
-  X(int, import_array,                                                                           \
+  X(int, import_array,                                                                          \
     (PyObject * obj, const CaiArrayRequest* request, const char* entry, uint32_t options,       \
-     CaiArrayInfo* out, int64_t* element_strides),                                               \
-    1)                                                                                           \
-  /** Another reference to `array`. Any thread; takes the GIL itself. */                         \
-  X(void, retain_array, (CaiArray * array), 1)                                                   \
+     CaiArrayInfo* out, int64_t* element_strides),                                              \
+    1)                                                                                          \
+  /** Another reference to `array`. Any thread; takes the GIL itself. */                        \
+  X(void, retain_array, (CaiArray * array), 1)                                                  \
   /** Drops a reference (NULL is ignored). Any thread; takes the GIL itself; does nothing once  \
-   *  the interpreter is finalizing. */                                                          \
-  X(void, release_array, (CaiArray * array), 1)                                                  \
+   *  the interpreter is finalizing. */                                                         \
+  X(void, release_array, (CaiArray * array), 1)                                                 \
   /** The cai.DeviceNDArray of `array`: a new reference, or NULL with an exception. */          \
-  X(PyObject*, array_to_python, (CaiArray * array), 1)                                           \
+  X(PyObject*, array_to_python, (CaiArray * array), 1)                                          \
   /** Where the array's memory is (a pointer query: about 1 us on a GPU, asked once). */        \
-  X(int, array_device, (CaiArray * array, DLDevice * out), 1)                                    \
+  X(int, array_device, (CaiArray * array, DLDevice * out), 1)                                   \
   /** A new uninitialized array of the runtime; `out` and `element_strides` (may be NULL) as    \
-   *  import_array gives them. */                                                                \
+   *  import_array gives them. */                                                               \
   X(int, new_array, (const CaiArraySpec* spec, CaiArrayInfo* out, int64_t* element_strides), 1) \
   /** Memory the caller owns as a new cai.DeviceNDArray (a new reference), which exports the    \
    *  CAI (v3, with the stream) and DLPack; NULL with an exception on failure, in which case    \
    *  release_context has been called. */                                                       \
-  X(PyObject*, wrap_memory, (const CaiMemory* memory), 1)                                        \
+  X(PyObject*, wrap_memory, (const CaiMemory* memory), 1)                                       \
   /** Reads a `stream=` argument as cai does: a cai.Stream, an int handle, None or 0 (cai's     \
    *  default stream), or an object with __cuda_stream__. out->owner is a new reference or      \
-   *  NULL. */                                                                                   \
-  X(int, read_stream, (PyObject * obj, const char* entry, CaiStream* out), 1)                    \
-  /** CAI v3 ordering of work on `work` against `arrays` (include/cai/sync/ordering.h): the    \
-   *  work stream waits now, with events, for each array's stream (no host block). Since       \
+   *  NULL. */                                                                                  \
+  X(int, read_stream, (PyObject * obj, const char* entry, CaiStream* out), 1)                   \
+  /** CAI v3 ordering of work on `work` against `arrays` (include/cai/sync/ordering.h): the     \
+   *  work stream waits now, with events, for each array's stream (no host block). Since        \
    *  version 2 it also checks that a kernel can use the arrays (device memory of one device,   \
    *  or pinned or managed memory, each inside a live allocation: a ValueError or               \
-   *  cai.DeviceError otherwise) and makes their device current until order_end, so that a     \
+   *  cai.DeviceError otherwise) and makes their device current until order_end, so that a      \
    *  kernel launched in between runs there. Enqueue the work, then call order_end. */          \
-  X(int, order_begin,                                                                            \
-    (const CaiStream* work, CaiArray* const* arrays, size_t count, CaiOrder** out), 1)           \
+  X(int, order_begin,                                                                           \
+    (const CaiStream* work, CaiArray* const* arrays, size_t count, CaiOrder** out), 1)          \
   /** After the work is enqueued: each array's stream waits for it; arrays without a stream     \
    *  adopt the work stream; the previous current device is restored. Frees `order` whatever    \
    *  happens (NULL is ignored). Call it on the thread that called order_begin. */              \
-  X(int, order_end, (CaiOrder * order), 1)                                                       \
+  X(int, order_end, (CaiOrder * order), 1)                                                      \
   /** The process's backend, chosen on first use: CAI_BACKEND_SIMULATOR or CAI_BACKEND_CUDA. */ \
-  X(int, backend_kind, (int32_t * out), 1)                                                       \
+  X(int, backend_kind, (int32_t * out), 1)                                                      \
   /** cai's current device ordinal (kernels of the CUDA backend run in its primary context). */ \
-  X(int, current_device, (int32_t * out), 1)                                                     \
+  X(int, current_device, (int32_t * out), 1)                                                    \
   /** Simulator only: enqueues `task` on `stream` as an operation that reads the arrays whose   \
    *  `writes` entry is 0 and writes the others, so that the race detector checks it like a     \
    *  kernel. Like a kernel it does not keep the arrays alive (cai's frees wait for pending     \
    *  work). task->destroy is called even when this fails. Needs task->size to cover run_at     \
    *  (a module built against version 1 is refused: rebuild it). */                             \
-  X(int, enqueue_host_task,                                                                      \
-    (const CaiStream* stream, CaiArray* const* arrays, const uint8_t* writes, size_t count,      \
-     const CaiHostTask* task),                                                                   \
-    1)                                                                                           \
+  X(int, enqueue_host_task,                                                                     \
+    (const CaiStream* stream, CaiArray* const* arrays, const uint8_t* writes, size_t count,     \
+     const CaiHostTask* task),                                                                  \
+    1)                                                                                          \
   /** Sets the Python exception cai raises for a cai::Errc `code` (CAI_ERROR_*). */             \
   X(void, set_error, (int32_t code, const char* message), 1)
 

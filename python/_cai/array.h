@@ -42,7 +42,9 @@ class ImportOwner {
     return kind_ == Kind::legacy ? static_cast<DLManagedTensor*>(p_) : nullptr;
   }
   /// The producer, when it is a Python object (the garbage collector sees it).
-  PyObject* python_object() const noexcept { return kind_ == Kind::python ? (PyObject*)p_ : nullptr; }
+  PyObject* python_object() const noexcept {
+    return kind_ == Kind::python ? (PyObject*)p_ : nullptr;
+  }
   void reset() noexcept;
 
  private:
@@ -167,8 +169,7 @@ bool is_gpu_array(nb::handle value);
 
 /// Copies a host value (anything NumPy reads, converted to dst's dtype and broadcast to its
 /// shape) into dst on `stream`; returns once copied when `blocking`.
-void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream,
-                   bool blocking);
+void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream, bool blocking);
 
 /// DType <-> numpy.dtype.
 DType dtype_from_numpy(nb::handle np_dtype, const char* entry);

@@ -91,7 +91,8 @@ const TypedViewSpec& spec_of(const CaiArrayRequest& r) {
 bool fitted(PyArray& a, const CaiArrayRequest& r, std::int64_t* element_strides) noexcept {
   const PyArray::Fit* f = a.fit ? &*a.fit : nullptr;
   if (!f || r.size < sizeof r || std::memcmp(&f->request, &r, sizeof r) != 0) return false;
-  if (element_strides) std::copy(f->element_strides.begin(), f->element_strides.end(), element_strides);
+  if (element_strides)
+    std::copy(f->element_strides.begin(), f->element_strides.end(), element_strides);
   return true;
 }
 
@@ -144,8 +145,8 @@ int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char*
     } else if (request) {
       const TypedViewSpec& spec = spec_of(*request);
       std::int64_t strides[max_ndim];
-      const TypedViewMismatch m = check_typed_view(a.ptr(), a.dtype(), a.layout(), a.readonly(),
-                                                   a.masked(), spec, strides);
+      const TypedViewMismatch m =
+          check_typed_view(a.ptr(), a.dtype(), a.layout(), a.readonly(), a.masked(), spec, strides);
       if (m != TypedViewMismatch::none) {
         fits = 1;
         if (!(options & CAI_IMPORT_QUIET))
@@ -360,11 +361,10 @@ static_assert(CAI_ERROR_TYPE == static_cast<int>(Errc::type_error) &&
 
 // The table, from the one slot list of capi.h: slot NAME holds capi_NAME.
 #define CAI_CAPI_FILL(ret, name, params, since) &capi_##name,
-const CaiCApi g_table = {
-    CAI_CAPI_VERSION, sizeof(CaiCApi),
-    CAI_CAPI_STR(CAI_VERSION_MAJOR) "." CAI_CAPI_STR(CAI_VERSION_MINOR) "." CAI_CAPI_STR(
-        CAI_VERSION_PATCH),
-    CAI_CAPI_SLOTS(CAI_CAPI_FILL)};
+const CaiCApi g_table = {CAI_CAPI_VERSION, sizeof(CaiCApi),
+                         CAI_CAPI_STR(CAI_VERSION_MAJOR) "." CAI_CAPI_STR(
+                             CAI_VERSION_MINOR) "." CAI_CAPI_STR(CAI_VERSION_PATCH),
+                         CAI_CAPI_SLOTS(CAI_CAPI_FILL)};
 #undef CAI_CAPI_FILL
 
 // The slots follow the header fields in list order, one pointer each: the ABI that modules
@@ -374,7 +374,7 @@ static_assert(kFirstSlot == 2 * sizeof(std::uint32_t) + sizeof(const char*));
 #define CAI_CAPI_INDEX(ret, name, params, since) slot_##name,
 enum SlotIndex : std::size_t { CAI_CAPI_SLOTS(CAI_CAPI_INDEX) slot_count };
 #undef CAI_CAPI_INDEX
-#define CAI_CAPI_OFFSET(ret, name, params, since)                                \
+#define CAI_CAPI_OFFSET(ret, name, params, since)                                    \
   static_assert(offsetof(CaiCApi, name) == kFirstSlot + slot_##name * sizeof(void*), \
                 "capi.h: slot " #name " is not where the slot list puts it");
 CAI_CAPI_SLOTS(CAI_CAPI_OFFSET)

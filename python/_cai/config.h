@@ -20,8 +20,7 @@ Config& config();
 /// a relaxed load and store suffice (no locked read-modify-write on every export).
 inline std::atomic<std::uint64_t> g_write_epoch{0};
 inline void note_write() noexcept {
-  g_write_epoch.store(g_write_epoch.load(std::memory_order_relaxed) + 1,
-                      std::memory_order_relaxed);
+  g_write_epoch.store(g_write_epoch.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 }  // namespace cai::python

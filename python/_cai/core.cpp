@@ -6,10 +6,10 @@
 
 #include "array.h"
 #include "bindings.h"
-#include "interface.h"
 #include "cai/core/dtype.h"
 #include "cai/core/error.h"
 #include "cai/core/layout.h"
+#include "interface.h"
 
 namespace cai::python {
 

@@ -6,10 +6,10 @@
 
 #include <string>
 
+#include "bindings.h"
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
 #include "cai/device/simulator.h"
-#include "bindings.h"
 #include "convert.h"
 #include "gil.h"
 #include "streams.h"

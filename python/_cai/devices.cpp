@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "array.h"
+#include "bindings.h"
 #include "cai/arrays/devices.h"
 #include "cai/core/error.h"
 #include "cai/device/simulator.h"
-#include "bindings.h"
 #include "gil.h"
 #include "streams.h"
 
@@ -167,8 +167,8 @@ void bind_devices(nb::module_& m) {
   nb::handle array = nb::type<PyArray>();
   nb::object property = nb::module_::import_("builtins").attr("property");
   array.attr("device") = property(
-      nb::cpp_function([](PyArray& a) { return array_device(a); }, nb::is_method()),
-      nb::none(), nb::none(),
+      nb::cpp_function([](PyArray& a) { return array_device(a); }, nb::is_method()), nb::none(),
+      nb::none(),
       "The cai.Device whose memory holds the array (the current one for a zero-size array).");
   array.attr("synchronize") = nb::cpp_function(
       [](PyArray& a) {

@@ -209,9 +209,8 @@ nb::object dlpack_export(PyArray& self, nb::handle obj, const ExportArgs& args) 
     throw_error(Errc::buffer_error,
                 "__dlpack__(): the array is masked, and a DLPack tensor cannot carry a mask; "
                 "export the data and its .mask separately");
-  const bool versioned =
-      !args.max_version.is_none() &&
-      read_int_pair(args.max_version, "__dlpack__(): max_version").first >= 1;
+  const bool versioned = !args.max_version.is_none() &&
+                         read_int_pair(args.max_version, "__dlpack__(): max_version").first >= 1;
   std::optional<bool> copy;
   if (!args.copy.is_none()) {
     if (!PyBool_Check(args.copy.ptr()))
@@ -262,7 +261,8 @@ nb::object dlpack_export(PyArray& self, nb::handle obj, const ExportArgs& args) 
     // The usual export: the array itself, after its pending work.
     if (consumer && self.has_work()) self.view().sync()->order_before(device::backend(), *consumer);
     if (!self.readonly()) note_write();  // the consumer may write
-    if (versioned) return make_capsule(borrow_export<DLManagedTensorVersioned>(self, obj, 0, entry));
+    if (versioned)
+      return make_capsule(borrow_export<DLManagedTensorVersioned>(self, obj, 0, entry));
     if (self.readonly())
       throw_error(Errc::buffer_error,
                   "__dlpack__(): the array is read-only and a legacy (unversioned) DLPack tensor "
@@ -411,8 +411,8 @@ const DLPackExchangeAPI* exchange_api_of(nb::handle obj) {
   static PyTypeObject* last_type = nullptr;  // the last hit, checked first
   static Entry last{};
   PyTypeObject* type = Py_TYPE(obj.ptr());
-  const bool tagged = PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) &&
-                      type->tp_version_tag != 0;
+  const bool tagged =
+      PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) && type->tp_version_tag != 0;
   if (tagged && type == last_type && type->tp_version_tag == last.tag) return last.api;
   if (auto it = cache->find(type); it != cache->end()) {
     if (tagged && type->tp_version_tag == it->second.tag) {
@@ -609,8 +609,8 @@ nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, co
     const DLDevice device = t->dl_tensor.device;
     if (is_cuda_like(device.device_type)) {
       void* work = nullptr;
-      if (api->current_work_stream(static_cast<DLDeviceType>(device.device_type),
-                                   device.device_id, &work) != 0)
+      if (api->current_work_stream(static_cast<DLDeviceType>(device.device_type), device.device_id,
+                                   &work) != 0)
         throw nb::python_error();
       producer_stream =
           work ? reinterpret_cast<device::StreamHandle>(work) : device::kLegacyDefaultStream;
@@ -628,8 +628,8 @@ nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, co
     owner = consume_capsule(call_dlpack(obj, stream));
   }
   // 2. The core's checks; the owner releases the tensor if they fail.
-  DlpackArray a = owner.versioned() ? read_dlpack(*owner.versioned())
-                                    : read_dlpack(*owner.legacy());
+  DlpackArray a =
+      owner.versioned() ? read_dlpack(*owner.versioned()) : read_dlpack(*owner.legacy());
   // 3. A device tensor taken as it is, on no stream or a default one: the compact form.
   const bool order = sync && producer_stream && config().import_sync;
   const bool named = !order || *producer_stream == device::kLegacyDefaultStream ||
@@ -643,8 +643,8 @@ nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, co
   // 4. Anything else through a View: a copy, a host tensor, a target device, a foreign stream.
   View v(a.ptr, std::move(a.dtype), std::move(a.layout), a.info.readonly,
          std::make_shared<sync::SyncState>(), owner.share());
-  return wrap(finish_import(std::move(v), a.info, copy, producer_stream, sync, entry,
-                            target_device));
+  return wrap(
+      finish_import(std::move(v), a.info, copy, producer_stream, sync, entry, target_device));
 }
 
 namespace {
@@ -652,8 +652,7 @@ namespace {
 nb::object from_dlpack_call(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   constexpr const char* entry = "from_dlpack()";
   static const std::array<PyObject*, 3> keys = {PyUnicode_InternFromString("obj"),
-                                                PyUnicode_InternFromString("device"),
-                                                names().copy};
+                                                PyUnicode_InternFromString("device"), names().copy};
   std::array<PyObject*, 3> in = {nullptr, Py_None, Py_None};
   read_args(entry, args, static_cast<std::size_t>(nargs), kwnames, keys, 1, 1, in);
   nb::handle obj = in[0], device = in[1];
@@ -680,16 +679,15 @@ void bind_dlpack(nb::module_& m) {
       "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
       "Exports the array as a DLPack capsule ('dltensor_versioned' when max_version >= (1, 0)). "
       "`stream` is the consumer's: it is made to wait for the array's work (-1: no ordering)."};
-  nb::object method = nb::steal(
-      PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &dlpack_def));
+  nb::object method =
+      nb::steal(PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &dlpack_def));
   if (!method.is_valid()) throw nb::python_error();
   cls.attr("__dlpack__") = method;
-  static PyMethodDef dlpack_device_def = {"__dlpack_device__", &dlpack_device_method,
-                                          METH_NOARGS,
+  static PyMethodDef dlpack_device_def = {"__dlpack_device__", &dlpack_device_method, METH_NOARGS,
                                           "__dlpack_device__($self, /)\n--\n\n"
                                           "(device type, device id) of the array's memory."};
-  cls.attr("__dlpack_device__") = nb::steal(
-      PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &dlpack_device_def));
+  cls.attr("__dlpack_device__") =
+      nb::steal(PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &dlpack_device_def));
   // Static, alive for the whole process, as the exchange API requires.
   cls.attr("__dlpack_c_exchange_api__") = nb::steal(PyCapsule_New(
       const_cast<DLPackExchangeAPI*>(&g_exchange_api), "dlpack_exchange_api", nullptr));

@@ -21,14 +21,14 @@ namespace cai::python {
 /// Throws Error(type_error) "<entry>: ..." for a missing, repeated or unknown argument.
 template <std::size_t N>
 void read_args(const char* entry, PyObject* const* args, std::size_t nargsf, PyObject* kwnames,
-               const std::array<PyObject*, N>& names, std::size_t positional,
-               std::size_t required, std::array<PyObject*, N>& out) {
+               const std::array<PyObject*, N>& names, std::size_t positional, std::size_t required,
+               std::array<PyObject*, N>& out) {
   const auto nargs = static_cast<std::size_t>(PyVectorcall_NARGS(nargsf));
   if (nargs > positional)
     throw_error(Errc::type_error, std::string(entry) + ": takes at most " +
                                       std::to_string(positional) + " positional argument" +
-                                      (positional == 1 ? "" : "s") + " (" +
-                                      std::to_string(nargs) + " given)");
+                                      (positional == 1 ? "" : "s") + " (" + std::to_string(nargs) +
+                                      " given)");
   std::array<bool, N> given{};
   for (std::size_t i = 0; i < nargs; ++i) {
     out[i] = args[i];
@@ -63,8 +63,8 @@ void read_args(const char* entry, PyObject* const* args, std::size_t nargsf, PyO
 inline bool read_bool(PyObject* o, const char* entry, const char* name) {
   if (o == Py_True) return true;
   if (o == Py_False) return false;
-  throw_error(Errc::type_error, std::string(entry) + ": " + name + ": expected a bool, got " +
-                                    type_name_of(o));
+  throw_error(Errc::type_error,
+              std::string(entry) + ": " + name + ": expected a bool, got " + type_name_of(o));
 }
 
 /// Runs the body of a fast C function: its result, or nullptr with the Python exception set.

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "bindings.h"
 #include "cai/arrays/ipc.h"
 #include "cai/core/interface.h"
 #include "cai/version.h"
-#include "bindings.h"
 #include "config.h"
 #include "gil.h"
 

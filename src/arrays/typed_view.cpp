@@ -9,8 +9,8 @@ namespace cai {
 
 TypedViewMismatch check_typed_view(const View& v, const TypedViewSpec& spec,
                                    std::int64_t* element_strides) noexcept {
-  return check_typed_view(v.ptr(), v.dtype(), v.layout(), v.readonly(), v.mask() != nullptr,
-                          spec, element_strides);
+  return check_typed_view(v.ptr(), v.dtype(), v.layout(), v.readonly(), v.mask() != nullptr, spec,
+                          element_strides);
 }
 
 TypedViewMismatch check_typed_view(std::uint64_t ptr, const DType& dtype, const Layout& layout,

@@ -1,8 +1,8 @@
 #include "cai/core/layout.h"
 
 #include <algorithm>
-#include <bit>
 #include <array>
+#include <bit>
 #include <limits>
 #include <string>
 #include <utility>
@@ -146,7 +146,8 @@ bool Layout::try_element_strides(std::int64_t* out) const noexcept {
   const int shift = std::countr_zero(static_cast<std::uint64_t>(itemsize_));
   std::int64_t row_major = 1;  // the C-contiguous element stride of axis i (zero dims count 1)
   for (std::size_t i = strides_.size(); i-- > 0;) {
-    const bool divisible = pow2 ? (strides_[i] & (itemsize_ - 1)) == 0 : strides_[i] % itemsize_ == 0;
+    const bool divisible =
+        pow2 ? (strides_[i] & (itemsize_ - 1)) == 0 : strides_[i] % itemsize_ == 0;
     if (divisible) {
       out[i] = pow2 ? strides_[i] >> shift : strides_[i] / itemsize_;
     } else if (size_ == 0 || shape_[i] <= 1) {
@@ -315,8 +316,8 @@ Layout Layout::broadcast_to(std::span<const std::int64_t> shape, std::string_vie
       strides[lead + i] = strides_[i];
     else if (n != 1)
       throw_error(Errc::value_error, std::string(subject) + ": cannot broadcast axis " +
-                                         to_string(i) + " of size " + to_string(n) +
-                                         " to size " + to_string(m));
+                                         to_string(i) + " of size " + to_string(n) + " to size " +
+                                         to_string(m));
   }
   return Layout(Dims(shape), std::move(strides), itemsize_);
 }

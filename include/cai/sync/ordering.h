@@ -183,7 +183,7 @@ class SyncState {
   std::optional<StreamRef> stream_;
   std::shared_ptr<ImportEvent> event_;
   std::atomic<std::uint64_t> work_{0};  // the mark of the last work; 0: none since the host waited
-  bool unnamed_producer_ = false;        // imported_without_stream(), until the first work
+  bool unnamed_producer_ = false;       // imported_without_stream(), until the first work
 };
 
 namespace detail {

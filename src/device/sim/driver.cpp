@@ -64,9 +64,9 @@ struct Trampoline<CUresult (SimDriver::*)(A...)> {
       if (d->timing()) {  // the driver's own time, for benchmarks (caiSimTimeCalls)
         const auto start = std::chrono::steady_clock::now();
         const CUresult r = (d->*M)(a...);
-        d->add_time(Index, static_cast<std::uint64_t>(
-                               std::chrono::nanoseconds(std::chrono::steady_clock::now() - start)
-                                   .count()));
+        d->add_time(
+            Index, static_cast<std::uint64_t>(
+                       std::chrono::nanoseconds(std::chrono::steady_clock::now() - start).count()));
         return r;
       }
       return (d->*M)(a...);

@@ -980,13 +980,19 @@ TEST(layout_test, broadcast_to_follows_numpy) {
   EXPECT_EQ(Dims(b.strides()), (Dims{0, 4}));  // a new leading axis repeats
   const Layout col = make({2, 1}, {4, 4}, 4);
   EXPECT_EQ(Dims(col.broadcast_to(std::vector<std::int64_t>{2, 5}, "x").strides()), (Dims{4, 0}));
-  EXPECT_THAT([&] { (void)row.broadcast_to(std::vector<std::int64_t>{2, 4}, "__setitem__()"); },
-              ThrowsCaiError(Errc::value_error,
-                             HasSubstr("__setitem__(): cannot broadcast axis 0 of size 3 to "
-                                       "size 4")));
-  EXPECT_THAT([&] { (void)make({2, 3}, {12, 4}, 4).broadcast_to(std::vector<std::int64_t>{3}, "s"); },
-              ThrowsCaiError(Errc::value_error,
-                             HasSubstr("s: cannot broadcast a 2-d value to a 1-d array")));
+  EXPECT_THAT(
+      [&] {
+        (void)row.broadcast_to(std::vector<std::int64_t>{2, 4}, "__setitem__()");
+      },
+      ThrowsCaiError(Errc::value_error,
+                     HasSubstr("__setitem__(): cannot broadcast axis 0 of size 3 to "
+                               "size 4")));
+  EXPECT_THAT(
+      [&] {
+        (void)make({2, 3}, {12, 4}, 4).broadcast_to(std::vector<std::int64_t>{3}, "s");
+      },
+      ThrowsCaiError(Errc::value_error,
+                     HasSubstr("s: cannot broadcast a 2-d value to a 1-d array")));
 }
 
 TEST(layout_test, is_f_only_is_numpys_order_a) {

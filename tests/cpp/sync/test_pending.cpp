@@ -15,9 +15,8 @@ device::Backend& backend() {
 
 StreamRef new_stream() {
   const device::StreamHandle h = backend().stream_create(/*non_blocking=*/true);
-  return StreamRef(h, std::shared_ptr<const void>(nullptr, [h](const void*) {
-                     backend().stream_destroy(h);
-                   }));
+  return StreamRef(
+      h, std::shared_ptr<const void>(nullptr, [h](const void*) { backend().stream_destroy(h); }));
 }
 
 TEST(pending_test, new_memory_has_nothing_pending) {

@@ -137,9 +137,9 @@ NB_MODULE(CAI_PROBE_MODULE, m) {
     nb::dict d;
     d["slots"] = slots;
     d["CaiCApi"] = sizeof(CaiCApi);
-    d["CaiArrayInfo"] = nb::make_tuple(sizeof(CaiArrayInfo), offsetof(CaiArrayInfo, stream),
-                                       offsetof(CaiArrayInfo, typestr),
-                                       offsetof(CaiArrayInfo, array));
+    d["CaiArrayInfo"] =
+        nb::make_tuple(sizeof(CaiArrayInfo), offsetof(CaiArrayInfo, stream),
+                       offsetof(CaiArrayInfo, typestr), offsetof(CaiArrayInfo, array));
     d["CaiArrayRequest"] = sizeof(CaiArrayRequest);
     d["CaiMemory"] = nb::make_tuple(sizeof(CaiMemory), offsetof(CaiMemory, release_context));
     d["CaiHostTask"] = nb::make_tuple(sizeof(CaiHostTask), offsetof(CaiHostTask, run_at));

@@ -61,8 +61,7 @@ int foreign_from_py_object(void* obj, DLManagedTensorVersioned** out) {
   try {
     auto* p = nb::inst_ptr<ForeignProducer>(nb::handle(static_cast<PyObject*>(obj)));
     DLManagedTensorVersioned* inner = nullptr;
-    if (p->inner_api->managed_tensor_from_py_object_no_sync(p->array.ptr(), &inner) != 0)
-      return -1;
+    if (p->inner_api->managed_tensor_from_py_object_no_sync(p->array.ptr(), &inner) != 0) return -1;
     auto* ctx = new ForeignCtx;
     ctx->inner = inner;
     ctx->managed.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
