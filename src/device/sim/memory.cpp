@@ -225,18 +225,10 @@ CUresult SimDriver::cuMemAllocHost(void** ptr, std::size_t bytes) {
   if (ptr == nullptr || bytes == 0)
     return fail(CUDA_ERROR_INVALID_VALUE, "cuMemAllocHost of 0 bytes");
   std::lock_guard lk(mu_);
-  int device = 0;
-  if (CUresult r = need_context_locked(device)) return r;
-  std::byte* p = allocate_host_block(bytes);
-  if (p == nullptr) return fail(CUDA_ERROR_OUT_OF_MEMORY, "out of host memory");
-  Allocation a;
-  a.size = bytes;
-  a.kind = Kind::pinned;
-  a.device = device;
-  a.host = p;
-  add_allocation_locked(reinterpret_cast<std::uintptr_t>(p), std::move(a));
-  *ptr = p;
-  return CUDA_SUCCESS;
+  CUresult r = CUDA_SUCCESS;
+  const std::uint64_t p = host_allocation_locked(bytes, Kind::pinned, r);
+  if (p != 0) *ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(p));
+  return r;
 }
 
 CUresult SimDriver::cuMemAllocManaged(CUdeviceptr* ptr, std::size_t bytes, unsigned int flags) {
@@ -245,17 +237,26 @@ CUresult SimDriver::cuMemAllocManaged(CUdeviceptr* ptr, std::size_t bytes, unsig
     return fail(CUDA_ERROR_INVALID_VALUE,
                 "cuMemAllocManaged: 0 bytes, or flags other than CU_MEM_ATTACH_GLOBAL/HOST");
   std::lock_guard lk(mu_);
+  CUresult r = CUDA_SUCCESS;
+  const std::uint64_t p = host_allocation_locked(bytes, Kind::managed, r);
+  if (p != 0) *ptr = p;
+  return r;
+}
+
+std::uint64_t SimDriver::host_allocation_locked(std::size_t bytes, Kind kind, CUresult& r) {
   int device = 0;
-  if (CUresult r = need_context_locked(device)) return r;
+  if ((r = need_context_locked(device)) != CUDA_SUCCESS) return 0;
   std::byte* p = allocate_host_block(bytes);
-  if (p == nullptr) return fail(CUDA_ERROR_OUT_OF_MEMORY, "out of host memory");
+  if (p == nullptr) {
+    r = fail(CUDA_ERROR_OUT_OF_MEMORY, "out of host memory");
+    return 0;
+  }
   Allocation a;
   a.size = bytes;
-  a.kind = Kind::managed;
+  a.kind = kind;
   a.device = device;
   a.host = p;
-  *ptr = add_allocation_locked(reinterpret_cast<std::uintptr_t>(p), std::move(a));
-  return CUDA_SUCCESS;
+  return add_allocation_locked(reinterpret_cast<std::uintptr_t>(p), std::move(a));
 }
 
 CUresult SimDriver::cuMemHostRegister(void* ptr, std::size_t bytes, unsigned int flags) {

@@ -229,6 +229,9 @@ class SimDriver {
                        const std::optional<std::string>& failure, TimePoint now);
   DeviceHeap& heap_locked(int device);
   std::uint64_t add_allocation_locked(std::uint64_t base, Allocation a);
+  /// Host memory (pinned or managed) of the current context's device, at one address for the
+  /// host and the device: its address, or 0 with the error in `r`.
+  std::uint64_t host_allocation_locked(std::size_t bytes, Kind kind, CUresult& r);
   void give_back_locked(std::uint64_t base, const Allocation& a);
   void unexport_locked(const Allocation& a);
   void wait_shared_locked(const std::shared_ptr<Stream>& s, const std::shared_ptr<SharedEvent>& ev);
