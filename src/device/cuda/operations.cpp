@@ -219,7 +219,15 @@ void Backend::fill_async(const Operand& dst, const void* value, StreamHandle s) 
 
 void Backend::elementwise_async(ElementwiseOp op, ElementType type,
                                 std::span<const Operand> operands, StreamHandle s) {
-  const std::string where = std::string(is_valid(op) ? info(op).name : "elementwise") + "_async()";
+  // "add_async()", ...: the names the messages start with, made once.
+  static const auto names = [] {
+    std::array<std::string, elementwise_op_count> n;
+    for (int i = 0; i < elementwise_op_count; ++i)
+      n[i] = std::string(info(static_cast<ElementwiseOp>(i)).name) + "_async()";
+    return n;
+  }();
+  const std::string_view where =
+      is_valid(op) ? std::string_view(names[static_cast<int>(op)]) : "elementwise_async()";
   CUstream stream = detail::to_stream(s, where);
   const auto ranges = detail::check_elementwise(where, op, type, operands);
   if (operands[0].layout.size() == 0) return;
@@ -260,8 +268,8 @@ void Backend::elementwise_async(ElementwiseOp op, ElementType type,
                                            kernels::merge_operands<3>({ops[0], ops[1], ops[2]})));
       break;
     default:
-      throw_error(Errc::not_implemented,
-                  where + ": no launch for " + std::to_string(operands.size()) + " operands");
+      throw_error(Errc::not_implemented, std::string(where) + ": no launch for " +
+                                             std::to_string(operands.size()) + " operands");
   }
   stage.finish();
 }
