@@ -187,8 +187,9 @@ const View& PyArray::view() {
     // An import: the producer's default stream, if it named one, is where its work may be.
     auto state = stream_.stream.handle != 0
                      ? std::make_shared<sync::SyncState>(std::move(stream_.stream))
-                 : stream_.unnamed_producer ? sync::SyncState::imported_without_stream()
-                                            : std::make_shared<sync::SyncState>();
+                 : stream_.foreign_producer
+                     ? sync::SyncState::imported_without_stream(*stream_.foreign_producer)
+                     : std::make_shared<sync::SyncState>();
     view_.emplace(ptr_, dtype_, layout_, readonly_, std::move(state), owner_.share());
   }
   return *view_;

@@ -62,9 +62,9 @@ void release_with_gil(Managed* t) noexcept;
 struct ImportStream {
   /// The producer's stream when it is a default stream (1 or 2); handle 0: none.
   sync::StreamRef stream;
-  /// Imported with the CAI v3 rules from a producer that named no stream
-  /// (sync::SyncState::imported_without_stream).
-  bool unnamed_producer = false;
+  /// Imported with the CAI v3 rules with nothing pending: the producer named no stream (0) or
+  /// an idle one (sync::SyncState::imported_without_stream).
+  std::optional<device::StreamHandle> foreign_producer;
 };
 
 /// cai.DeviceNDArray: an array's checked fields, stored inline, and its View.

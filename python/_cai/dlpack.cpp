@@ -632,8 +632,7 @@ nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, co
       owner.versioned() ? read_dlpack(*owner.versioned()) : read_dlpack(*owner.legacy());
   // 3. A device tensor taken as it is, on no stream or a default one: the compact form.
   const bool order = sync && producer_stream && config().import_sync;
-  const bool named = !order || *producer_stream == device::kLegacyDefaultStream ||
-                     *producer_stream == device::kPerThreadDefaultStream;
+  const bool named = !order || device::is_default_stream(*producer_stream);
   if (is_cuda_like(a.info.device.device_type) && copy != true && !target_device && named) {
     ImportStream stream;
     if (order) stream.stream = sync::StreamRef(*producer_stream);

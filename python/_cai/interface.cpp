@@ -364,9 +364,7 @@ bool unnamed(const Interface& itf, bool sync) {
   return sync && !itf.stream && config().import_sync;
 }
 
-// A View of a validated dict. The producer's stream: kept as a handle when it is a default
-// stream, else stood for by an event recorded on it now (the producer may destroy it before
-// the first use).
+// A View of a validated dict, the producer's stream kept as sync::import_order says.
 View view_of(Interface&& itf, std::shared_ptr<const View> mask, nb::handle owner, bool sync,
              std::optional<device::StreamHandle>* deferred) {
   const bool order = ordered(itf, sync);
@@ -427,18 +425,26 @@ nb::object import_interface(nb::handle desc, nb::handle owner, bool sync, const 
                             std::optional<device::StreamHandle>* deferred) {
   std::shared_ptr<const View> mask;
   Interface itf = read_interface(desc, sync, entry, 0, &mask);
-  const bool order = ordered(itf, sync);
-  // The default streams are named as they are; any other is stood for by an event.
-  const bool named = order && (*itf.stream == device::kLegacyDefaultStream ||
-                               *itf.stream == device::kPerThreadDefaultStream);
-  if (mask || (order && !named && !deferred))
-    return wrap(view_of(std::move(itf), std::move(mask), owner, sync, nullptr));
+  if (mask) return wrap(view_of(std::move(itf), std::move(mask), owner, sync, nullptr));
   ImportStream stream;
-  stream.unnamed_producer = unnamed(itf, sync);
-  if (named)
-    stream.stream = sync::StreamRef(*itf.stream);
-  else if (order)
-    *deferred = *itf.stream;
+  if (unnamed(itf, sync)) stream.foreign_producer = 0;
+  if (ordered(itf, sync)) {
+    const device::StreamHandle producer = *itf.stream;
+    if (deferred && !device::is_default_stream(producer)) {
+      *deferred = producer;  // the caller imports it once it keeps the array
+    } else {
+      const auto how = sync::import_order(device::backend(), producer);
+      if (how == sync::ImportOrder::by_event) {
+        auto state = sync::SyncState::imported(device::backend(), producer, how);
+        return wrap(View(itf.ptr, std::move(itf.dtype), std::move(itf.layout), itf.readonly,
+                         std::move(state), keep_alive(owner)));
+      }
+      if (how == sync::ImportOrder::by_name)
+        stream.stream = sync::StreamRef(producer);
+      else
+        stream.foreign_producer = producer;  // idle: nothing pending
+    }
+  }
   return wrap_import(itf.ptr, std::move(itf.dtype), std::move(itf.layout), itf.readonly,
                      ImportOwner::python(owner), std::move(stream));
 }

@@ -68,8 +68,8 @@ def _slow(stream: cai.Stream, seconds: float) -> None:
         cai.sim.delay(stream, seconds)
 
 
-def _show(waits: cai.WaitTrace, indent: str = "    ") -> list[str]:
-    lines = waits.take()
+def _show(waits: cai.WaitTrace | list[str], indent: str = "    ") -> list[str]:
+    lines = waits if isinstance(waits, list) else waits.take()
     for line in lines:
         print(f"{indent}[wait] {line}")
     if not lines:
@@ -126,9 +126,14 @@ def example_other_stream(waits: cai.WaitTrace) -> None:
     print(f"  'initialize_array' kernel on {kernel_stream!r}: cai.ops.copy(x, iota, "
           "stream=kernel_stream)")
     cai.ops.copy(x, iota, stream=kernel_stream)
-    print("  cai orders the kernel after x's stream (the event recorded at import), and x's "
-          "stream after\n  the kernel (through the legacy default stream):")
-    _show(waits)
+    lines = waits.take()
+    if any(line.endswith("recorded by its producer") for line in lines):
+        before = "the event recorded at import"
+    else:
+        before = "none here: a query at import\n  found the stream idle, so no event and no wait"
+    print(f"  cai orders the kernel after the work queued on x's stream ({before}), and x's "
+          "stream\n  after the kernel (through the legacy default stream):")
+    _show(lines)
     print("  the document's manual fix, still valid: evt.record(kernel_stream); "
           "evt.wait(array_stream)")
     evt = cai.event()

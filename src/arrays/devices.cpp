@@ -23,10 +23,6 @@ int device_memory_of(const View& v) {
   return info.kind == device::MemoryKind::device ? info.device : -1;
 }
 
-bool is_default(device::StreamHandle s) {
-  return s == device::kLegacyDefaultStream || s == device::kPerThreadDefaultStream;
-}
-
 }  // namespace
 
 std::string uuid_text(const std::array<std::uint8_t, 16>& uuid) {
@@ -70,7 +66,7 @@ OperationDevice::OperationDevice(const char* entry, std::span<const NamedView> o
                       "cai.ops.copy, which copies between devices)");
     }
   }
-  if (!is_default(stream.handle)) {
+  if (!device::is_default_stream(stream.handle)) {
     const int sd = device::backend().stream_device(stream.handle);
     if (device < 0) {
       device = sd;
@@ -105,7 +101,7 @@ KernelOperands::KernelOperands(const char* entry, std::span<const NamedView> ope
 }
 
 void require_stream_of_current_device(const char* entry, const sync::StreamRef& stream) {
-  if (!several_devices() || is_default(stream.handle)) return;
+  if (!several_devices() || device::is_default_stream(stream.handle)) return;
   auto& backend = device::backend();
   const int sd = backend.stream_device(stream.handle);
   const int current = backend.current_device();
@@ -125,7 +121,7 @@ bool copy_between_devices(const View& dst, const View& src, const sync::StreamRe
   const int dd = device_memory_of(dst), sd = device_memory_of(src);
   if (dd < 0 || sd < 0 || dd == sd) return false;
   auto& backend = device::backend();
-  if (!is_default(stream.handle)) {
+  if (!device::is_default_stream(stream.handle)) {
     const int wd = backend.stream_device(stream.handle);
     if (wd != dd) {
       throw_error(Errc::value_error,

@@ -185,28 +185,48 @@ ImportEvent::~ImportEvent() {
 // ---------------------------------------------------------------------------------------------
 // SyncState.
 
+ImportOrder import_order(device::Backend& backend, StreamHandle producer) {
+  if (device::is_default_stream(producer)) return ImportOrder::by_name;
+  return backend.stream_query(producer) ? ImportOrder::complete : ImportOrder::by_event;
+}
+
 std::shared_ptr<SyncState> SyncState::imported(device::Backend& backend, StreamHandle producer) {
+  return imported(backend, producer, import_order(backend, producer));
+}
+
+std::shared_ptr<SyncState> SyncState::imported(device::Backend& backend, StreamHandle producer,
+                                               ImportOrder how) {
   auto state = std::make_shared<SyncState>();
-  state->set_imported(backend, producer);
+  state->set_imported(backend, producer, how);
   return state;
 }
 
 void SyncState::set_imported(device::Backend& backend, StreamHandle producer) {
-  if (producer == kLegacyDefaultStream || producer == device::kPerThreadDefaultStream) {
+  set_imported(backend, producer, import_order(backend, producer));
+}
+
+void SyncState::set_imported(device::Backend& backend, StreamHandle producer, ImportOrder how) {
+  if (how == ImportOrder::by_name) {
     set_stream(StreamRef(producer));
     return;
   }
-  auto ev = std::make_shared<ImportEvent>(backend, producer);
+  auto ev =
+      how == ImportOrder::by_event ? std::make_shared<ImportEvent>(backend, producer) : nullptr;
   std::lock_guard lock(mutex_);
   stream_.reset();
   event_ = std::move(ev);
-  unnamed_producer_ = false;
-  mark_work();  // the producer's work
+  if (event_) {
+    foreign_producer_.reset();  // the event knows it
+    mark_work();                // the producer's work
+  } else {
+    foreign_producer_ = producer;
+    work_.store(0);  // complete: the query ordered the host after it
+  }
 }
 
-std::shared_ptr<SyncState> SyncState::imported_without_stream() {
+std::shared_ptr<SyncState> SyncState::imported_without_stream(StreamHandle producer) {
   auto state = std::make_shared<SyncState>();
-  state->unnamed_producer_ = true;
+  state->foreign_producer_ = producer;
   return state;
 }
 
@@ -214,7 +234,7 @@ void SyncState::set_stream(std::optional<StreamRef> s) {
   std::lock_guard lock(mutex_);
   stream_ = std::move(s);
   event_.reset();
-  unnamed_producer_ = false;
+  foreign_producer_.reset();
   if (stream_) mark_work();
 }
 
@@ -358,11 +378,13 @@ void StreamOrder::finish() {
     SyncState* state = states_[i];
     std::lock_guard lock(state->mutex_);
     state->mark_work();
-    const bool unnamed = state->event_ ? state->event_->producer() != work_.handle
-                                       : !state->stream_ && state->unnamed_producer_;
-    if (unnamed && !legacy_waited && work_.handle != kLegacyDefaultStream) {
+    const std::optional<StreamHandle> foreign =
+        state->event_ ? std::optional(state->event_->producer())
+                      : (state->stream_ ? std::nullopt : state->foreign_producer_);
+    if (foreign && *foreign != work_.handle && !legacy_waited &&
+        work_.handle != kLegacyDefaultStream) {
       // A producer's stream cai cannot trust to be alive gets no wait, and data imported with
-      // no stream (the producer had nothing pending) names none: the legacy stream waits,
+      // nothing pending names none (or one that was idle): the legacy stream waits,
       // which orders the producer's later work after this work when its stream is blocking
       // (docs/architecture.md, "Foreign streams").
       if (ev == 0) {
@@ -378,7 +400,7 @@ void StreamOrder::finish() {
       // which is ordered after the import's event.
       state->stream_ = work_;
       state->event_.reset();
-      state->unnamed_producer_ = false;
+      state->foreign_producer_.reset();
       continue;
     }
     StreamRef producer;

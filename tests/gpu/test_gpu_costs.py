@@ -4,8 +4,8 @@
 
 - an import on a default stream makes no driver call: CuPy names its current stream, the
   legacy stream (1) by default, and PyTorch's CAI (version 2) names none;
-- an import from a foreign non-default stream (CuPy's current non-default stream) records one
-  event on it (cuEventRecord) and waits for nothing; a later use on another stream costs one
+- an import from a foreign non-default stream (CuPy's current non-default stream) that is busy
+  records one event on it (cuEventRecord) and waits for nothing; an idle one records none; a later use on another stream costs one
   cuStreamWaitEvent for that event, and after the work the legacy stream waits for it (one
   record, one wait: the reverse wait, never on the producer's stream); a use on the producer's
   own stream costs nothing;
@@ -67,15 +67,22 @@ def test_operations_on_a_pool_ask_the_driver_once(lib):
                                   np.arange(N, dtype=np.float32) + 1)
 
 
-def test_an_import_from_a_non_default_cupy_stream_records_one_event():
+def test_an_import_from_a_non_default_cupy_stream_records_one_event(spinner):
     cp = pytest.importorskip("cupy")
     x = cp.arange(N, dtype=cp.float32)
     ps = cp.cuda.Stream(non_blocking=True)
-    with ps:
-        cai.as_cuda_array(x)  # the pool of import events has one now
     cp.cuda.Device().synchronize()
     take_counts()
-    with ps:  # CAI v3: CuPy names its current stream, ps
+    with ps:  # idle: its work is complete, nothing to record
+        cai.as_cuda_array(x)
+    c = take_counts()
+    assert (c["event_record"], c["stream_wait_event"]) == (0, 0), c
+    spinner.spin(ps, 0.05)
+    with ps:
+        cai.as_cuda_array(x)  # the pool of import events has one now
+    take_counts()
+    spinner.spin(ps, 0.3)
+    with ps:  # CAI v3: CuPy names its current stream, ps, busy
         y = cai.as_cuda_array(x)
     c = take_counts()
     assert (c["event_record"], c["event_create"], c["stream_wait_event"],

@@ -254,15 +254,20 @@ def test_an_import_on_a_default_stream_makes_no_driver_call(warm, stream):
     assert y.ptr == x.ptr
 
 
-def test_an_import_on_a_foreign_stream_records_one_event(warm):
+def test_an_import_on_a_foreign_stream_records_one_event(warm, spinner):
     # `s` stands for another library's stream: only its handle travels in the dict.
     s = cai.stream(non_blocking=True)
     x = cai.to_device(np.arange(8.0))
     x.synchronize()
+    counts()
+    cai.as_cuda_array(Foreign.of(x, s.handle))  # idle: one query, no record
+    assert counts() == NOTHING
+    spinner.spin(s, 0.05)
     cai.as_cuda_array(Foreign.of(x, s.handle))  # the event pool has one now
     gc.collect()
+    spinner.spin(s, 0.3)
     counts()
-    y = cai.as_cuda_array(Foreign.of(x, s.handle))
+    y = cai.as_cuda_array(Foreign.of(x, s.handle))  # busy: one record
     assert counts() == dict(NOTHING, event_record=1)
     # Work on another stream: one wait for the import's event before; after, the legacy stream
     # waits for that work (one record, one wait), never the producer's stream.

@@ -95,12 +95,14 @@ def test_foreign_arrays_on_the_work_stream_cost_one_event_each_and_no_wait():
     # stream (which the producer may drop); the launch on the producer's own stream needs no
     # wait at all (the CAI's intended elision), before or after.
     s = cai.stream()
-    x, _ = pending_fill(s, 1000, np.float64, 2.0, delay=0.0)
+    x = cai.device_array(1000, dtype=np.float64, stream=s)
     y = cai.device_array(1000, dtype=np.float64, stream=s)
-    cai.reset_device_call_counts()
-    _add_ext.add(Producer(x), Producer(x), y, stream=s)
-    counts = cai.device_call_counts()
-    assert (counts["event_record"], counts["stream_wait_event"]) == (2, 0), counts
+    with cai.sim.hold(s):  # the fill stays queued: each import records an event
+        cai.ops.fill(x, 2.0, stream=s)
+        cai.reset_device_call_counts()
+        _add_ext.add(Producer(x), Producer(x), y, stream=s)
+        counts = cai.device_call_counts()
+        assert (counts["event_record"], counts["stream_wait_event"]) == (2, 0), counts
     np.testing.assert_array_equal(y.copy_to_host(), np.full(1000, 4.0))
 
 

@@ -117,10 +117,16 @@ def test_an_import_on_a_default_stream_makes_no_driver_call():
         cai.as_cuda_array(p)
         assert cai.sim.driver_calls() == {}, stream
     s = cai.stream(non_blocking=True)
-    cai.as_cuda_array(Producer(x, stream=s.handle))  # the event pool has one now
     cai.sim.reset_driver_calls()
     cai.as_cuda_array(Producer(x, stream=s.handle))
-    assert cai.sim.driver_calls() == {"cuEventRecord": 1}  # a foreign stream: one record
+    assert cai.sim.driver_calls() == {"cuStreamQuery": 1}  # an idle foreign stream: one query
+    with cai.sim.hold(s):
+        cai.ops.fill(x, 1.0, stream=s)
+        cai.as_cuda_array(Producer(x, stream=s.handle))  # the event pool has one now
+        cai.sim.reset_driver_calls()
+        cai.as_cuda_array(Producer(x, stream=s.handle))
+        # A busy foreign stream: the query, and one record.
+        assert cai.sim.driver_calls() == {"cuStreamQuery": 1, "cuEventRecord": 1}
 
 
 def test_driver_errors_reach_python_with_their_names():

@@ -79,11 +79,14 @@ def test_zero_size_with_pointer_zero(src, version):
 
 def test_v2_stream_key_is_honoured_when_present(src):
     # v0-v2 had no stream key, but a producer that sets one means it: an event is recorded on
-    # it at import (a foreign stream cai does not keep alive), none without the key.
+    # it at import while work is queued there (a foreign stream cai does not keep alive), none
+    # without the key.
     s = cai.stream()
-    cai.reset_device_call_counts()
-    a = cai.as_cuda_array(Producer(src, version=2, stream=s.handle))
-    assert cai.device_call_counts()["event_record"] == 1 and a.stream is None
+    with cai.sim.hold(s):
+        cai.ops.fill(src, 0.0, stream=s)
+        cai.reset_device_call_counts()
+        a = cai.as_cuda_array(Producer(src, version=2, stream=s.handle))
+        assert cai.device_call_counts()["event_record"] == 1 and a.stream is None
     a = cai.as_cuda_array(Producer(src, version=2, stream=1))
     assert a.stream == cai.legacy_default_stream()
     cai.reset_device_call_counts()

@@ -246,15 +246,52 @@ def test_an_import_of_a_foreign_stream_records_one_event_and_work_on_it_waits_fo
     needs no wait at all (the elision the CAI text names)."""
     A, B = streams
     x = cai.device_array(N, dtype=np.float32, stream=A)
+    with cai.sim.hold(A):  # the fill stays queued
+        cai.ops.fill(x, 1.0)
+        p = Producer(x)
+        costs()
+        y = imported(p, how)
+        if how != "ops argument":
+            assert costs() == dict(NOTHING, event_record=1)
+        cai.ops.fill(y, 2.0, stream=A)
+        assert costs() == dict(NOTHING, event_record=0 if how != "ops argument" else 1)
+    np.testing.assert_array_equal(x.copy_to_host(stream=A), np.full(N, 2.0, np.float32))
+
+
+@pytest.mark.parametrize("how", IMPORTS)
+def test_an_import_of_an_idle_foreign_stream_costs_one_query(streams, how):
+    """Nothing queued on the producer's stream: one query says its work is complete, so there
+    is nothing to order (no event) and the import exports no stream. Later work on another
+    stream still orders the producer's later work after it (the reverse wait)."""
+    A, B = streams
+    x = cai.device_array(N, dtype=np.float32, stream=A)
     cai.ops.fill(x, 1.0)
-    p = Producer(x)
-    costs()
+    A.synchronize()
+    p = Producer(x, stream=A.handle)
+    cai.sim.reset_driver_calls()
     y = imported(p, how)
     if how != "ops argument":
-        assert costs() == dict(NOTHING, event_record=1)
-    cai.ops.fill(y, 2.0, stream=A)
-    assert costs() == dict(NOTHING, event_record=0 if how != "ops argument" else 1)
+        assert cai.sim.driver_calls() == {"cuStreamQuery": 1}
+        if how != "Array":
+            assert y.__cuda_array_interface__["stream"] is None
+    costs()
+    cai.ops.fill(y, 2.0, stream=A)  # on the producer's own stream: no wait either way
+    assert costs() == NOTHING
     np.testing.assert_array_equal(x.copy_to_host(stream=A), np.full(N, 2.0, np.float32))
+
+
+def test_an_idle_foreign_stream_still_gets_the_reverse_wait(streams):
+    """The producer's stream was idle at import (no event), and the consumer's work is slow:
+    the producer's later work on its blocking stream may not overtake it."""
+    A, B = cai.stream(), streams[1]
+    x, y, out = slow_consumer(A, B)
+    cai.reset_device_call_counts()
+    imported = cai.as_cuda_array(Producer(x, stream=A.handle))
+    assert cai.device_call_counts()["event_record"] == 0  # A was idle
+    cai.ops.add(imported, y, out, stream=B)  # reads x on B, behind the delay
+    cai.ops.fill(x, 100.0, stream=A)  # the producer writes x on A: no RaceError, ordered
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 3.0, np.float32))
+    np.testing.assert_array_equal(x.copy_to_host(), np.full(N, 100.0, np.float32))
 
 
 def test_work_on_another_stream_costs_one_wait_per_import_and_one_after(streams):
@@ -262,12 +299,13 @@ def test_work_on_another_stream_costs_one_wait_per_import_and_one_after(streams)
     x = cai.device_array(N, dtype=np.float32, stream=A)
     cai.ops.fill(x, 1.0)
     out = cai.device_array(N, dtype=np.float32, stream=B)
-    a, b = cai.as_cuda_array(Producer(x)), cai.as_cuda_array(Producer(x))
-    costs()
-    # Before: B waits for each import's event; after: the legacy stream waits for B (one
-    # event record, one wait), never the producer's stream.
-    cai.ops.add(a, b, out, stream=B)
-    assert costs() == dict(NOTHING, event_record=1, stream_wait_event=3)
+    with cai.sim.hold(A):  # the fill stays queued: each import records an event
+        a, b = cai.as_cuda_array(Producer(x)), cai.as_cuda_array(Producer(x))
+        costs()
+        # Before: B waits for each import's event; after: the legacy stream waits for B (one
+        # event record, one wait), never the producer's stream.
+        cai.ops.add(a, b, out, stream=B)
+        assert costs() == dict(NOTHING, event_record=1, stream_wait_event=3)
     np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 2.0, np.float32))
 
 

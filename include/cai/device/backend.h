@@ -24,6 +24,10 @@ namespace cai::device {
 using StreamHandle = std::uint64_t;
 inline constexpr StreamHandle kLegacyDefaultStream = 1;
 inline constexpr StreamHandle kPerThreadDefaultStream = 2;
+/// Whether `s` is a default stream (1 or 2): a stream nothing destroys.
+constexpr bool is_default_stream(StreamHandle s) noexcept {
+  return s == kLegacyDefaultStream || s == kPerThreadDefaultStream;
+}
 
 /// A stream in messages and traces: "legacy default stream (1)", "per-thread default stream
 /// (2)" or "stream 0x...".

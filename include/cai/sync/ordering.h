@@ -88,6 +88,14 @@ class ImportEvent {
   StreamHandle producer_ = 0;
 };
 
+/// How an import keeps the producer's stream (the CAI `stream` key): the default streams by
+/// name (free: nothing destroys them); any other stream by an event recorded on it now, since
+/// the producer may destroy it after the import, unless one query says its work is complete
+/// (then nothing is pending and nothing is kept). The query is the cheaper driver call; a
+/// busy stream pays it and the record.
+enum class ImportOrder { complete, by_name, by_event };
+ImportOrder import_order(device::Backend& backend, StreamHandle producer);
+
 /// Host-known completion, without asking the driver: every enqueue that touches memory takes
 /// a mark from one process-wide clock (mark_work), and the host raises "complete up to" marks
 /// when it waits (synchronize_device, SyncState::synchronize, host_waited). An export then
@@ -114,17 +122,19 @@ class SyncState {
   }
 
   /// The state of memory imported with the producer's stream `producer` (the CAI `stream`
-  /// key): the default streams are kept as handles (free); any other handle gets an event
-  /// recorded on it now (one event record, the cost of not trusting the stream to outlive the
-  /// import). Nothing blocks.
+  /// key), kept as import_order() says. Nothing blocks.
   static std::shared_ptr<SyncState> imported(device::Backend& backend, StreamHandle producer);
+  /// The same, with import_order(backend, producer) already asked.
+  static std::shared_ptr<SyncState> imported(device::Backend& backend, StreamHandle producer,
+                                             ImportOrder how);
   /// The same for a state that exists already (its previous stream is forgotten).
   void set_imported(device::Backend& backend, StreamHandle producer);
-  /// The state of memory imported with the CAI v3 rules from a producer that named no stream
-  /// (None: nothing is pending). The producer's later work is on a stream cai cannot name, so
-  /// the first work on the memory makes the legacy default stream wait for it, as for a
-  /// foreign stream (StreamOrder::finish).
-  static std::shared_ptr<SyncState> imported_without_stream();
+  /// The state of memory imported with the CAI v3 rules with nothing pending: the producer
+  /// named no stream (None; `producer` 0), or its stream `producer` was idle
+  /// (ImportOrder::complete). The producer's later work is on a stream cai cannot name or
+  /// trust, so the first work on the memory, unless on `producer` itself, makes the legacy
+  /// default stream wait for it, as for a foreign stream (StreamOrder::finish).
+  static std::shared_ptr<SyncState> imported_without_stream(StreamHandle producer = 0);
 
   /// The stream cai may enqueue work on after the data's pending work: none for data that
   /// never had work queued, or whose producer's stream stands behind an import event.
@@ -177,13 +187,15 @@ class SyncState {
 
  private:
   friend class StreamOrder;
+  void set_imported(device::Backend& backend, StreamHandle producer, ImportOrder how);
   void complete_through(std::uint64_t clock) noexcept;
 
   mutable std::mutex mutex_;
   std::optional<StreamRef> stream_;
   std::shared_ptr<ImportEvent> event_;
   std::atomic<std::uint64_t> work_{0};  // the mark of the last work; 0: none since the host waited
-  bool unnamed_producer_ = false;       // imported_without_stream(), until the first work
+  // imported_without_stream()'s producer (0: unnamed), until the first work.
+  std::optional<StreamHandle> foreign_producer_;
 };
 
 namespace detail {

@@ -208,7 +208,6 @@ struct StreamScope {
 /// A stream handle as the driver takes it (1 and 2 are CU_STREAM_LEGACY and
 /// CU_STREAM_PER_THREAD themselves); throws Error(value_error) for 0.
 cu::CUstream to_stream(StreamHandle s, std::string_view where);
-bool is_default_stream(StreamHandle s);
 cu::CUevent to_event(EventHandle e, std::string_view where);
 
 /// Whether a kernel on `device` may dereference the memory. Device memory of another device

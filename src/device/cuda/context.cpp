@@ -145,10 +145,6 @@ CUstream to_stream(StreamHandle s, std::string_view where) {
   return reinterpret_cast<CUstream>(static_cast<std::uintptr_t>(s));
 }
 
-bool is_default_stream(StreamHandle s) {
-  return s == kLegacyDefaultStream || s == kPerThreadDefaultStream;
-}
-
 CUevent to_event(EventHandle e, std::string_view where) {
   if (e == 0) {
     throw_error(Errc::value_error, std::string(where) + ": event handle 0 is not an event");

@@ -9,7 +9,6 @@
 namespace cai::device {
 
 using detail::BackendState;
-using detail::is_default_stream;
 using detail::to_event;
 using detail::to_stream;
 using namespace cu;
