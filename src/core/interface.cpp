@@ -113,7 +113,8 @@ Interface validate_interface(const InterfaceFields& f, TypestrOptions options) {
   }
   const std::int64_t itemsize = out.dtype.itemsize();
 
-  if (!Layout::checked_nbytes(f.shape, itemsize)) {
+  const std::optional<std::int64_t> nbytes = Layout::checked_nbytes(f.shape, itemsize);
+  if (!nbytes) {
     fail(Errc::overflow, "shape: " + format_dims(f.shape) + " with typestr '" +
                              std::string(f.typestr) + "' has a byte size that overflows int64");
   }
@@ -125,15 +126,18 @@ Interface validate_interface(const InterfaceFields& f, TypestrOptions options) {
                                   format_dims(f.shape) + " has " + to_string(ndim) +
                                   " dimensions (one byte stride per dimension)");
     }
-    if (!Layout::checked_extent(f.shape, f.strides, itemsize)) {
+    const std::optional<Extent> extent = Layout::checked_extent(f.shape, f.strides, itemsize);
+    if (!extent) {
       fail(Errc::overflow, "strides: " + format_dims(f.strides) + " with shape " +
                                format_dims(f.shape) + " and item size " + to_string(itemsize) +
                                " reach bytes beyond int64");
     }
     // The invariant of Layout is checked above (rank, sizes, byte size, extent).
-    out.layout = Layout(f.shape, f.strides, itemsize, Layout::Checked{});
+    out.layout = Layout(f.shape, f.strides, itemsize, *extent, Layout::Checked{});
   } else {
-    out.layout = Layout(f.shape, Layout::c_strides(f.shape, itemsize), itemsize, Layout::Checked{});
+    // Row-major: from byte 0 to the byte size (0 without elements, the item for 0-d).
+    out.layout = Layout(f.shape, Layout::c_strides(f.shape, itemsize), itemsize,
+                        Extent{0, *nbytes}, Layout::Checked{});
   }
 
   out.readonly = f.read_only;

@@ -88,15 +88,22 @@ Layout::Layout(Dims shape, Dims byte_strides, std::int64_t itemsize)
                                     " with item size " + to_string(itemsize_) + " overflows int64");
   }
   size_ = has_zero ? 0 : count;
-  if (!checked_extent(shape_, strides_, itemsize_)) {
+  const std::optional<Extent> e = checked_extent(shape_, strides_, itemsize_);
+  if (e) {
+    extent_ = *e;
+  } else {
     throw_error(Errc::overflow, "Layout: the byte extent of shape " + format_dims(shape_) +
                                     " with strides " + format_dims(strides_) + " and item size " +
                                     to_string(itemsize_) + " overflows int64");
   }
 }
 
-Layout::Layout(Dims shape, Dims byte_strides, std::int64_t itemsize, Checked) noexcept
-    : shape_(std::move(shape)), strides_(std::move(byte_strides)), itemsize_(itemsize) {
+Layout::Layout(Dims shape, Dims byte_strides, std::int64_t itemsize, Extent extent,
+               Checked) noexcept
+    : shape_(std::move(shape)),
+      strides_(std::move(byte_strides)),
+      itemsize_(itemsize),
+      extent_(extent) {
   for (const std::int64_t n : shape_) size_ *= n;  // cannot overflow: checked by the caller
 }
 

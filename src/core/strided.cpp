@@ -46,10 +46,14 @@ std::optional<ByteRange> byte_range(std::uint64_t ptr, Shape shape, Strides stri
                                     std::int64_t itemsize) noexcept {
   const std::optional<Extent> e = checked_extent(shape, strides, itemsize);
   if (!e) return std::nullopt;
-  if (e->empty()) return ByteRange{};
+  return byte_range(ptr, *e);
+}
+
+std::optional<ByteRange> byte_range(std::uint64_t ptr, Extent e) noexcept {
+  if (e.empty()) return ByteRange{};
   // ptr + lo >= 0 and ptr + hi <= 2^64, in unsigned arithmetic (lo <= 0 < hi here).
-  const std::uint64_t below = 0 - static_cast<std::uint64_t>(e->lo);
-  const auto above = static_cast<std::uint64_t>(e->hi);
+  const std::uint64_t below = 0 - static_cast<std::uint64_t>(e.lo);
+  const auto above = static_cast<std::uint64_t>(e.hi);
   if (ptr < below || ptr + above < ptr) return std::nullopt;
   return ByteRange{ptr - below, ptr + above};
 }

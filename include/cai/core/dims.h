@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -28,7 +29,14 @@ class Dims {
   Dims(std::initializer_list<std::int64_t> values) { assign({values.begin(), values.size()}); }
   explicit Dims(std::span<const std::int64_t> values) { assign(values); }
 
-  Dims(const Dims& other) { assign(other); }
+  Dims(const Dims& other) {
+    if (other.size_ <= inline_capacity) {
+      copy_inline(other);
+      size_ = other.size_;
+    } else {
+      assign(other);
+    }
+  }
   Dims(Dims&& other) noexcept { take(other); }
   Dims& operator=(const Dims& other) {
     if (this != &other) assign(other);
@@ -114,10 +122,15 @@ class Dims {
     data_ = inline_;
     capacity_ = inline_capacity;
   }
+  // The whole inline buffer, a fixed size the compiler copies in a few moves (a copy of size_
+  // values is a library call). `other`'s storage holds at least inline_capacity values.
+  void copy_inline(const Dims& other) noexcept {
+    std::memcpy(inline_, other.data_, sizeof inline_);
+  }
   // Leaves `other` empty and inline.
   void take(Dims& other) noexcept {
     if (other.is_inline()) {
-      std::copy(other.data_, other.data_ + other.size_, inline_);
+      copy_inline(other);
     } else {
       data_ = other.data_;
       capacity_ = other.capacity_;

@@ -83,10 +83,10 @@ class Layout {
   bool is_f_only() const noexcept { return is_f_contiguous() && !is_c_contiguous(); }
 
   /// Bytes touched; {0, 0} for a zero-size layout, lo < 0 with negative strides.
-  Extent extent() const noexcept { return *cai::checked_extent(shape_, strides_, itemsize_); }
+  Extent extent() const noexcept { return extent_; }
   /// The absolute bytes of this layout at `ptr`; nullopt when they wrap the address space.
   std::optional<ByteRange> byte_range(std::uint64_t ptr) const noexcept {
-    return cai::byte_range(ptr, shape_, strides_, itemsize_);
+    return cai::byte_range(ptr, extent_);
   }
   /// Every byte of the extent belongs to an element (no gaps).
   bool is_dense() const noexcept { return cai::is_dense(shape_, strides_, itemsize_); }
@@ -136,12 +136,13 @@ class Layout {
   // its layouts skip the second check.
   friend Interface validate_interface(const InterfaceFields&, TypestrOptions);
   struct Checked {};
-  Layout(Dims shape, Dims byte_strides, std::int64_t itemsize, Checked) noexcept;
+  Layout(Dims shape, Dims byte_strides, std::int64_t itemsize, Extent extent, Checked) noexcept;
 
   Dims shape_;
   Dims strides_;
   std::int64_t itemsize_ = 0;
   std::int64_t size_ = 1;
+  Extent extent_;  // computed once: operations ask for byte ranges on every call
 };
 
 /// A view's layout and the bytes to add to the parent's base pointer.

@@ -43,6 +43,8 @@ struct ByteRange {
 /// The extent, or nullopt if an offset overflows int64 (or the ranks differ). No other checks.
 std::optional<Extent> checked_extent(Shape shape, Strides strides, std::int64_t itemsize) noexcept;
 
+/// The absolute bytes of extent `e` at `ptr`; nullopt when they wrap the address space.
+std::optional<ByteRange> byte_range(std::uint64_t ptr, Extent e) noexcept;
 /// The absolute bytes of the layout at `ptr`, or nullopt when they wrap around the address
 /// space (or the extent overflows). Empty for a layout without elements.
 std::optional<ByteRange> byte_range(std::uint64_t ptr, Shape shape, Strides strides,
@@ -88,8 +90,10 @@ bool is_dense(Shape shape, Strides strides, std::int64_t itemsize) noexcept;
 template <std::size_t K>
 struct MergedDims {
   int ndim = 0;
-  std::array<std::int64_t, max_ndim> shape{};
-  std::array<std::array<std::int64_t, max_ndim>, K> strides{};
+  // Only the first ndim entries are set: zeroing all max_ndim of them (2 KiB for three
+  // operands) cost more than the merge itself.
+  std::array<std::int64_t, max_ndim> shape;
+  std::array<std::array<std::int64_t, max_ndim>, K> strides;
   Shape shape_span() const noexcept { return {shape.data(), static_cast<std::size_t>(ndim)}; }
   Strides strides_span(std::size_t k) const noexcept {
     return {strides[k].data(), static_cast<std::size_t>(ndim)};

@@ -164,6 +164,7 @@ struct BackendState {
   bool memory_pools_supported(int device);
 
   // Kernels (launch.cpp).
+  /// The kernels loaded in `ctx` (loaded on first use; never unloaded while the state lives).
   const Module& module_for(cu::CUcontext ctx);
 
   Ranges ranges;
@@ -175,6 +176,12 @@ struct BackendState {
   std::vector<signed char> pools_;  // by device: -1 unknown, 0 or 1
   std::mutex module_mu_;
   std::unordered_map<cu::CUcontext, std::unique_ptr<Module>> modules_;
+  // Tells this state from a later one at the same address (module_for's per-thread cache).
+  const std::uint64_t serial_ = next_serial();
+  static std::uint64_t next_serial() noexcept {
+    static std::atomic<std::uint64_t> n{0};
+    return ++n;
+  }
 };
 
 /// Calls a driver entry point of `st` and throws its error, naming it.

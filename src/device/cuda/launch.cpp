@@ -53,9 +53,20 @@ const std::string& kernel_image() {
 }  // namespace
 
 const Module& BackendState::module_for(CUcontext ctx) {
+  // The last answer of this thread: every launch asks, almost always for the same context.
+  struct Last {
+    std::uint64_t serial = 0;
+    CUcontext ctx = nullptr;
+    const Module* module = nullptr;
+  };
+  thread_local Last last;
+  if (last.serial == serial_ && last.ctx == ctx) return *last.module;
   std::lock_guard lock(module_mu_);
   auto it = modules_.find(ctx);
-  if (it != modules_.end()) return *it->second;
+  if (it != modules_.end()) {
+    last = {serial_, ctx, it->second.get()};
+    return *it->second;
+  }
   CUmodule mod = nullptr;
   // The driver JIT-compiles the PTX for this context's GPU (and caches the result on disk).
   const CUresult r = api.cuModuleLoadData(&mod, kernel_image().c_str());
@@ -79,13 +90,15 @@ const Module& BackendState::module_for(CUcontext ctx) {
     // The names are literals, so data() is NUL-terminated.
     CAI_DRIVER(*this, cuModuleGetFunction, &m->fn[i], mod, kernels::kernel_names[i].data());
   }
-  return *modules_.emplace(ctx, std::move(m)).first->second;
+  const Module& loaded = *modules_.emplace(ctx, std::move(m)).first->second;
+  last = {serial_, ctx, &loaded};
+  return loaded;
 }
 
 void launch(const StreamScope& on, const kernels::LaunchPlan& plan) {
   const Module& m = on.st.module_for(on.context);
-  kernels::KernelParams p = plan.params;
-  void* args[] = {&p};
+  // The driver copies the argument; it does not write it.
+  void* args[] = {const_cast<kernels::KernelParams*>(&plan.params)};
   CAI_DRIVER(on.st, cuLaunchKernel, m.fn[static_cast<std::size_t>(plan.index)], plan.grid, 1, 1,
              plan.block_x, plan.block_y, 1, 0, on.stream, args, nullptr);
 }

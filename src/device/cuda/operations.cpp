@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -240,20 +241,22 @@ void Backend::elementwise_async(ElementwiseOp op, ElementType type,
   const std::size_t align = detail::kAlignment[static_cast<int>(type)];
   Staging stage(on);
   // The operands as given, or a staged copy where the kernel cannot use them in place.
-  std::array<Operand, CAI_KERNEL_MAX_OPERANDS> staged;
+  // (Made only when needed: most operations stage nothing.)
+  std::array<std::optional<Operand>, CAI_KERNEL_MAX_OPERANDS> staged;
   std::array<const Operand*, CAI_KERNEL_MAX_OPERANDS> ops{};
   for (std::size_t k = 0; k < operands.size(); ++k) {
     const bool out = k == 0;
     ops[k] = &operands[k];
     if (!kernel_can_access(infos[k], on.device)) {
-      staged[k] = operands[k];
-      staged[k].ptr = out ? stage.out(staged[k].ptr, ranges[k], operands[k].layout.is_dense())
-                          : stage.in(staged[k].ptr, ranges[k]);
-      ops[k] = &staged[k];
+      Operand& t = staged[k].emplace(operands[k]);
+      t.ptr = out ? stage.out(t.ptr, ranges[k], operands[k].layout.is_dense())
+                  : stage.in(t.ptr, ranges[k]);
+      ops[k] = &t;
     }
     if (!detail::aligned(*ops[k], align)) {
+      // The new operand is made from *ops[k] before staged[k] is assigned.
       staged[k] = out ? stage.out_contiguous(*ops[k]) : stage.in_contiguous(*ops[k]);
-      ops[k] = &staged[k];
+      ops[k] = &*staged[k];
     }
   }
   switch (operands.size()) {

@@ -17,8 +17,10 @@ constexpr std::uint64_t k32 = std::uint64_t{1} << 32;
 
 // The argument of a launch over the merged dims: pointers, shape, strides, item count.
 template <std::size_t K>
-KernelParams params_for(std::string_view where, const std::array<std::uint64_t, K>& ptrs,
-                        const MergedDims<K>& dims) {
+// Sets the plan's (zeroed) parameters in place: the struct is 576 bytes, and a zeroed copy
+// returned and copied again cost more than the rest of the plan.
+void set_params(std::string_view where, const std::array<std::uint64_t, K>& ptrs,
+                const MergedDims<K>& dims, KernelParams& p) {
   static_assert(K <= CAI_KERNEL_MAX_OPERANDS);
   if (dims.ndim > CAI_CUDA_MAX_RANK) {
     throw_error(Errc::not_implemented,
@@ -27,7 +29,6 @@ KernelParams params_for(std::string_view where, const std::array<std::uint64_t, 
                     "most " +
                     std::to_string(CAI_CUDA_MAX_RANK));
   }
-  KernelParams p{};
   p.total = 1;
   p.ndim = dims.ndim;
   p.words = 1;
@@ -40,7 +41,6 @@ KernelParams params_for(std::string_view where, const std::array<std::uint64_t, 
     for (int d = 0; d < dims.ndim; ++d)
       p.strides[k][d] = dims.strides[k][static_cast<std::size_t>(d)];
   }
-  return p;
 }
 
 // Blocks for `units` threads' worth of work (one unit per thread).
@@ -90,7 +90,7 @@ LaunchPlan plan_copy(std::string_view where, std::uint64_t dst, std::uint64_t sr
                      const MergedDims<2>& dims, std::int64_t itemsize) {
   const std::array<std::uint64_t, 2> ptrs{dst, src};
   LaunchPlan plan;
-  plan.params = params_for(where, ptrs, dims);
+  set_params(where, ptrs, dims, plan.params);
   KernelParams& p = plan.params;
   const auto items = static_cast<std::uint64_t>(p.total);
   const std::uint64_t bytes = items * static_cast<std::uint64_t>(itemsize);
@@ -142,7 +142,7 @@ LaunchPlan plan_fill(std::string_view where, std::uint64_t dst, const MergedDims
   }
   const std::array<std::uint64_t, 1> ptrs{dst};
   LaunchPlan plan;
-  plan.params = params_for(where, ptrs, dims);
+  set_params(where, ptrs, dims, plan.params);
   KernelParams& p = plan.params;
   const std::uint64_t bytes = static_cast<std::uint64_t>(p.total) * size;
   // Dense: words of the widest width that the address and the size allow and that tiles the
@@ -172,7 +172,7 @@ template <std::size_t K>
 LaunchPlan plan_elementwise(std::string_view where, ElementwiseOp op, ElementType type,
                             const std::array<std::uint64_t, K>& ptrs, const MergedDims<K>& dims) {
   LaunchPlan plan;
-  plan.params = params_for(where, ptrs, dims);
+  set_params(where, ptrs, dims, plan.params);
   const auto size = static_cast<std::int64_t>(element_size(type));
   bool aligned = true;
   for (std::uint64_t ptr : ptrs) aligned = aligned && ptr % 16 == 0;
