@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,7 +25,7 @@ void require_no_mask(const View& v, const char* entry, const char* name) {
 
 void require_same_shape(const View& a, const View& b, const char* entry, const char* an,
                         const char* bn) {
-  if (!std::ranges::equal(a.shape(), b.shape()))
+  if (!same_shape(a.shape(), b.shape()))
     throw_error(Errc::value_error, std::string(entry) + ": " + an + " has shape " +
                                        format_dims(a.shape()) + " but " + bn + " has shape " +
                                        format_dims(b.shape()) + "; the shapes must be equal");
@@ -90,6 +91,47 @@ View stream_temporary(const View& like, const sync::StreamRef& stream) {
   const std::uint64_t ptr = buffer->ptr();
   return View(ptr, like.dtype(), std::move(layout), false,
               std::make_shared<sync::SyncState>(stream), std::move(buffer));
+}
+
+// The operands of one operation, each made in place from its View (one layout copy each).
+class Operands {
+ public:
+  Operands() = default;
+  ~Operands() {
+    for (std::size_t k = 0; k < n_; ++k) at(k).~Operand();
+  }
+  Operands(const Operands&) = delete;
+  Operands& operator=(const Operands&) = delete;
+  void push(const View& v) {
+    new (&storage_[n_ * sizeof(Operand)]) Operand{v.ptr(), v.layout()};
+    ++n_;
+  }
+  std::span<const Operand> span() const noexcept { return {&at(0), n_}; }
+
+ private:
+  static constexpr std::size_t kMax = 1 + device::max_elementwise_inputs;
+  Operand& at(std::size_t k) noexcept {
+    return *std::launder(reinterpret_cast<Operand*>(&storage_[k * sizeof(Operand)]));
+  }
+  const Operand& at(std::size_t k) const noexcept {
+    return *std::launder(reinterpret_cast<const Operand*>(&storage_[k * sizeof(Operand)]));
+  }
+  alignas(Operand) unsigned char storage_[kMax * sizeof(Operand)];
+  std::size_t n_ = 0;
+};
+
+// An out that partly overlaps an input: computed into a stream-ordered temporary, then copied
+// (as NumPy does). Out of line: the common call pays nothing for it.
+[[gnu::noinline]] void elementwise_staged(device::ElementwiseOp op, ElementType type,
+                                          const View& out, std::span<const View* const> inputs,
+                                          const sync::StreamRef& stream) {
+  auto& backend = device::backend();
+  const View temporary = stream_temporary(out, stream);
+  Operands operands;
+  operands.push(temporary);
+  for (const View* in : inputs) operands.push(*in);
+  backend.elementwise_async(op, type, operands.span(), stream.handle);
+  backend.copy_strided_async(operand(out), operand(temporary), stream.handle);
 }
 
 }  // namespace
@@ -186,17 +228,15 @@ void elementwise(device::ElementwiseOp op, const View& out, std::span<const View
   order.add(*out.sync());
   for (const View* in : inputs) order.add(*in->sync());
   const std::optional<ByteRange> out_range = out.layout().byte_range(out.ptr());
-  const bool stage = std::ranges::any_of(
-      inputs, [&](const View* in) { return partly_overlaps(out, out_range, *in); });
-  // Stage a partly overlapping out through a temporary, as NumPy does.
-  std::optional<View> temporary;
-  if (stage) temporary = stream_temporary(out, stream);
-  const View& target = stage ? *temporary : out;
-  std::array<Operand, 1 + device::max_elementwise_inputs> operands;
-  operands[0] = operand(target);
-  for (std::size_t k = 0; k < inputs.size(); ++k) operands[k + 1] = operand(*inputs[k]);
-  backend.elementwise_async(op, type, std::span(operands.data(), 1 + inputs.size()), stream.handle);
-  if (stage) backend.copy_strided_async(operand(out), operand(target), stream.handle);
+  if (std::ranges::any_of(inputs,
+                          [&](const View* in) { return partly_overlaps(out, out_range, *in); })) {
+    elementwise_staged(op, type, out, inputs, stream);
+  } else {
+    Operands operands;
+    operands.push(out);
+    for (const View* in : inputs) operands.push(*in);
+    backend.elementwise_async(op, type, operands.span(), stream.handle);
+  }
   order.finish();
 }
 

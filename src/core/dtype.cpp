@@ -1,6 +1,7 @@
 #include "cai/core/dtype.h"
 
 #include <algorithm>
+#include <cstring>
 #include <bit>
 #include <charconv>
 #include <limits>
@@ -358,9 +359,11 @@ std::span<const Field> DType::fields() const noexcept {
 
 bool operator==(const DType& a, const DType& b) noexcept {
   if (a.kind_ != b.kind_ || a.order_ != b.order_ || a.itemsize_ != b.itemsize_ ||
-      a.extended_ != b.extended_ || a.datetime_unit() != b.datetime_unit()) {
+      a.extended_ != b.extended_ || a.unit_len_ != b.unit_len_) {
     return false;
   }
+  // Most types have no unit: no library call to compare empty strings.
+  if (a.unit_len_ != 0 && std::memcmp(a.unit_, b.unit_, a.unit_len_) != 0) return false;
   if (a.structure_ == b.structure_) return true;
   if (!a.structure_ || !b.structure_) return false;
   return a.structure_->fields == b.structure_->fields;

@@ -78,7 +78,7 @@ ByteRange check_operand(std::string_view where, std::string_view name, const Ope
 
 void check_same_layout_size(std::string_view where, std::string_view a_name, const Operand& a,
                             std::string_view b_name, const Operand& b) {
-  if (!std::ranges::equal(a.layout.shape(), b.layout.shape())) {
+  if (!same_shape(a.layout.shape(), b.layout.shape())) {
     throw_error(Errc::value_error, text(where, b_name) + " has shape " +
                                        format_dims(b.layout.shape()) + " but " +
                                        std::string(a_name) + " has shape " +

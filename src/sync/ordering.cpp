@@ -361,17 +361,18 @@ void StreamOrder::add(SyncState& state) {
     if (ev->producer() != work_.handle) wait_for_event(backend_, work_.handle, ev->event());
   } else if (producer && !producer->same_stream(work_)) {
     // Several arrays often share one stream: wait for it once.
-    const bool seen = waited_.any_of([&](const StreamRef& s) { return s.same_stream(*producer); });
+    const StreamRef::Key k = producer->key();
+    const bool seen = waited_.any_of([&](const StreamRef::Key& s) { return s == k; });
     if (!seen) {
       wait_for(backend_, *producer, work_);
-      waited_.push_back(*producer);
+      waited_.push_back(k);
     }
   }
   states_.push_back(&state);
 }
 
 void StreamOrder::finish() {
-  detail::SmallVector<StreamRef, 4> done;  // by handle and thread
+  detail::SmallVector<StreamRef::Key, 4> done;
   EventHandle ev = 0;
   bool legacy_waited = false;
   for (std::size_t i = 0; i < states_.size(); ++i) {
@@ -407,7 +408,7 @@ void StreamOrder::finish() {
     producer.handle = state->stream_->handle;
     producer.thread = state->stream_->thread;
     if (producer.same_stream(work_) ||
-        done.any_of([&](const StreamRef& s) { return s.same_stream(producer); }))
+        done.any_of([&](const StreamRef::Key& s) { return s == producer.key(); }))
       continue;
     const StreamHandle target = reachable(producer);
     if (target == kLegacyDefaultStream && work_.handle == kLegacyDefaultStream) continue;
@@ -417,7 +418,7 @@ void StreamOrder::finish() {
     }
     backend_.stream_wait_event(target, ev);
     trace_wait(target, work_.handle);
-    done.push_back(producer);
+    done.push_back(producer.key());
   }
   states_.clear();
   waited_.clear();

@@ -40,6 +40,15 @@ struct ByteRange {
   friend bool operator==(const ByteRange&, const ByteRange&) = default;
 };
 
+/// Whether two shapes are equal: a loop, where std::ranges::equal calls memcmp (shapes are
+/// compared on every operation, and have a few dims).
+inline bool same_shape(Shape a, Shape b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t d = 0; d < a.size(); ++d)
+    if (a[d] != b[d]) return false;
+  return true;
+}
+
 /// The extent, or nullopt if an offset overflows int64 (or the ranks differ). No other checks.
 std::optional<Extent> checked_extent(Shape shape, Strides strides, std::int64_t itemsize) noexcept;
 

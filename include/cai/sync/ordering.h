@@ -62,6 +62,13 @@ struct StreamRef {
   bool same_stream(const StreamRef& other) const noexcept {
     return handle == other.handle && thread == other.thread;
   }
+  /// The stream without its owner (what an order compares and remembers).
+  struct Key {
+    StreamHandle handle = 0;
+    std::uint64_t thread = 0;
+    bool operator==(const Key&) const = default;
+  };
+  Key key() const noexcept { return {handle, thread}; }
   /// Whether it is another thread's per-thread default stream, which this thread cannot name.
   bool other_thread() const noexcept {
     return handle == device::kPerThreadDefaultStream && thread != thread_tag();
@@ -258,7 +265,7 @@ class StreamOrder {
   device::Backend& backend_;
   StreamRef work_;
   detail::SmallVector<SyncState*, 8> states_;
-  detail::SmallVector<StreamRef, 4> waited_;  // producer streams waited for (without owners)
+  detail::SmallVector<StreamRef::Key, 4> waited_;  // producer streams waited for
 };
 
 /// Makes `waiter` wait for all work queued so far on `producer` (record + wait, no host block).

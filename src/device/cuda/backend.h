@@ -150,6 +150,10 @@ struct BackendState {
   /// when it names another device. Returns what the memory is.
   PointerInfo check_memory(std::string_view where, std::string_view name, const ByteRange& r,
                            bool host, int device);
+  /// check_memory of the operands of one operation (`rs`, named by elementwise_operand_name),
+  /// their remembered ranges read under one lock; the answers go to `out`.
+  void check_operands(std::string_view where, std::span<const ByteRange> rs, int device,
+                      std::span<PointerInfo> out);
   /// Remembers an allocation of the current context as made (no driver query).
   void remember(std::uint64_t ptr, std::size_t bytes, MemoryKind kind, bool pooled);
   /// Backend::free's checks (Error(value_error) when free() would refuse ptr), and what the
@@ -174,6 +178,10 @@ struct BackendState {
   std::mutex context_mu_;
   std::vector<cu::CUcontext> primary_;
   std::vector<signed char> pools_;  // by device: -1 unknown, 0 or 1
+  // check_memory with the remembered range of r.lo already looked up (`e`, which it updates).
+  PointerInfo check_found(std::string_view where, std::string_view name, const ByteRange& r,
+                          bool host, int device, std::optional<Ranges::Entry>& e);
+
   std::mutex module_mu_;
   std::unordered_map<cu::CUcontext, std::unique_ptr<Module>> modules_;
   // Tells this state from a later one at the same address (module_for's per-thread cache).

@@ -30,14 +30,35 @@ static_assert(CAI_CUDA_MAX_RANK <= max_ndim, "the kernels' rank limit is for mer
 constexpr std::size_t kAlignment[] = {CAI_ELEMENT_TYPES(CAI_ALIGNMENT, _)};
 #undef CAI_ALIGNMENT
 
+// `align` is a power of two (an alignof).
 bool aligned(const Operand& op, std::size_t align) {
-  if (op.ptr % align != 0) return false;
+  const std::uint64_t mask = align - 1;
+  if ((op.ptr & mask) != 0) return false;
   const auto shape = op.layout.shape();
+  const auto strides = op.layout.strides();
   for (std::size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] != 1 && op.layout.strides()[d] % static_cast<std::int64_t>(align) != 0)
-      return false;
+    if (shape[d] != 1 && (static_cast<std::uint64_t>(strides[d]) & mask) != 0) return false;
   }
   return true;
+}
+
+// The elementwise kernel on operands it can use as they are (out first).
+void launch_elementwise(const StreamScope& on, std::string_view where, ElementwiseOp op,
+                        ElementType type, std::span<const Operand* const> ops) {
+  switch (ops.size()) {
+    case 2:
+      launch(on, kernels::plan_elementwise<2>(where, op, type, {ops[0]->ptr, ops[1]->ptr},
+                                              kernels::merge_operands<2>({ops[0], ops[1]})));
+      return;
+    case 3:
+      launch(on,
+             kernels::plan_elementwise<3>(where, op, type, {ops[0]->ptr, ops[1]->ptr, ops[2]->ptr},
+                                          kernels::merge_operands<3>({ops[0], ops[1], ops[2]})));
+      return;
+    default:
+      throw_error(Errc::not_implemented,
+                  std::string(where) + ": no launch for " + std::to_string(ops.size()) + " operands");
+  }
 }
 
 void copy_kernel(const StreamScope& on, const Operand& dst, const Operand& src) {
@@ -235,18 +256,26 @@ void Backend::elementwise_async(ElementwiseOp op, ElementType type,
   BackendState& st = *state_;
   StreamScope on(st, stream);
   std::array<PointerInfo, CAI_KERNEL_MAX_OPERANDS> infos;
-  for (std::size_t k = 0; k < operands.size(); ++k) {
-    infos[k] = st.check_memory(where, elementwise_operand_name(k), ranges[k], false, on.device);
-  }
+  st.check_operands(where, std::span(ranges.data(), operands.size()), on.device,
+                    std::span(infos.data(), operands.size()));
   const std::size_t align = detail::kAlignment[static_cast<int>(type)];
-  Staging stage(on);
-  // The operands as given, or a staged copy where the kernel cannot use them in place.
-  // (Made only when needed: most operations stage nothing.)
-  std::array<std::optional<Operand>, CAI_KERNEL_MAX_OPERANDS> staged;
   std::array<const Operand*, CAI_KERNEL_MAX_OPERANDS> ops{};
+  bool in_place = true;
+  for (std::size_t k = 0; k < operands.size(); ++k) {
+    ops[k] = &operands[k];
+    in_place = in_place && kernel_can_access(infos[k], on.device) &&
+               detail::aligned(operands[k], align);
+  }
+  const std::span<const Operand* const> used(ops.data(), operands.size());
+  if (in_place) {
+    detail::launch_elementwise(on, where, op, type, used);
+    return;
+  }
+  // The operands as given, or a staged copy where the kernel cannot use them in place.
+  Staging stage(on);
+  std::array<std::optional<Operand>, CAI_KERNEL_MAX_OPERANDS> staged;
   for (std::size_t k = 0; k < operands.size(); ++k) {
     const bool out = k == 0;
-    ops[k] = &operands[k];
     if (!kernel_can_access(infos[k], on.device)) {
       Operand& t = staged[k].emplace(operands[k]);
       t.ptr = out ? stage.out(t.ptr, ranges[k], operands[k].layout.is_dense())
@@ -259,21 +288,7 @@ void Backend::elementwise_async(ElementwiseOp op, ElementType type,
       ops[k] = &*staged[k];
     }
   }
-  switch (operands.size()) {
-    case 2:
-      detail::launch(on,
-                     kernels::plan_elementwise<2>(where, op, type, {ops[0]->ptr, ops[1]->ptr},
-                                                  kernels::merge_operands<2>({ops[0], ops[1]})));
-      break;
-    case 3:
-      detail::launch(
-          on, kernels::plan_elementwise<3>(where, op, type, {ops[0]->ptr, ops[1]->ptr, ops[2]->ptr},
-                                           kernels::merge_operands<3>({ops[0], ops[1], ops[2]})));
-      break;
-    default:
-      throw_error(Errc::not_implemented, std::string(where) + ": no launch for " +
-                                             std::to_string(operands.size()) + " operands");
-  }
+  detail::launch_elementwise(on, where, op, type, used);
   stage.finish();
 }
 

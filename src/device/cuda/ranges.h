@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 
 #include "cai/device/backend.h"
 
@@ -42,11 +43,12 @@ class Ranges {
   /// The entry whose range holds ptr, if any.
   std::optional<Entry> find(std::uint64_t ptr) const {
     std::lock_guard lock(mutex_);
-    auto it = by_base_.upper_bound(ptr);
-    if (it == by_base_.begin()) return std::nullopt;
-    --it;
-    if (ptr - it->first >= it->second.info.alloc_size) return std::nullopt;
-    return it->second;
+    return find_locked(ptr);
+  }
+  /// find() of each of `ptrs` into `out`, under one lock (the operands of one operation).
+  void find(std::span<const std::uint64_t> ptrs, std::span<std::optional<Entry>> out) const {
+    std::lock_guard lock(mutex_);
+    for (std::size_t k = 0; k < ptrs.size(); ++k) out[k] = find_locked(ptrs[k]);
   }
 
   /// An allocation of this backend.
@@ -95,6 +97,13 @@ class Ranges {
   }
 
  private:
+  std::optional<Entry> find_locked(std::uint64_t ptr) const {
+    auto it = by_base_.upper_bound(ptr);
+    if (it == by_base_.begin()) return std::nullopt;
+    --it;
+    if (ptr - it->first >= it->second.info.alloc_size) return std::nullopt;
+    return it->second;
+  }
   void forget_locked(std::uint64_t base, std::uint64_t size, bool own_too) {
     auto it = by_base_.upper_bound(base);
     if (it != by_base_.begin() &&

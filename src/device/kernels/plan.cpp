@@ -17,8 +17,9 @@ constexpr std::uint64_t k32 = std::uint64_t{1} << 32;
 
 // The argument of a launch over the merged dims: pointers, shape, strides, item count.
 template <std::size_t K>
-// Sets the plan's (zeroed) parameters in place: the struct is 576 bytes, and a zeroed copy
-// returned and copied again cost more than the rest of the plan.
+// Sets the plan's parameters in place, those a kernel reads: the dims past ndim and the fill
+// value of other kernels are left unset (the struct is 576 bytes, and zeroing it and copying
+// it cost more than the rest of the plan).
 void set_params(std::string_view where, const std::array<std::uint64_t, K>& ptrs,
                 const MergedDims<K>& dims, KernelParams& p) {
   static_assert(K <= CAI_KERNEL_MAX_OPERANDS);
@@ -32,6 +33,8 @@ void set_params(std::string_view where, const std::array<std::uint64_t, K>& ptrs
   p.total = 1;
   p.ndim = dims.ndim;
   p.words = 1;
+  p.reserved = 0;
+  for (std::uint64_t& ptr : p.ptr) ptr = 0;
   for (int d = 0; d < dims.ndim; ++d) {
     p.shape[d] = dims.shape[static_cast<std::size_t>(d)];
     p.total *= p.shape[d];

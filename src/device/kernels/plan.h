@@ -49,7 +49,7 @@ struct LaunchPlan {
   std::uint32_t grid = 0;
   std::uint32_t block_x = kBlockSize;
   std::uint32_t block_y = 1;
-  KernelParams params{};
+  KernelParams params;  // set by the planners: the fields a kernel reads, not all 576 bytes
 };
 
 /// dst = src over the merged dims of both (operands {dst, src}, item size `itemsize`).
