@@ -233,10 +233,12 @@ def driver_share(ns, rounds_number=2000):
     interval also holds part of the two clock reads around it, which the same timing of a call
     that does almost nothing (cuCtxGetCurrent, by cai.current_device()) measures and which is
     taken off per call. What the layers above the driver cost (the `above` extra samples) is
-    cai's CPU time per call, as every row is timed, less the driver's, in the same round: time
-    the calling thread waits inside the driver (for the simulator's lock) counts as driver time
-    there and not in cai's CPU time, so this difference is if anything an underestimate on a
-    loaded machine; docs/benchmarks.md gives the instruction counts as a cross-check."""
+    the wall time per call less the driver's, in the same round, both on the monotonic clock:
+    time the calling thread waits inside the driver (for the simulator's lock, which its worker
+    thread holds while it runs the queued work) is then driver time on both sides. (A thread
+    CPU time, as the rows are timed, left those waits out of the total but not out of the
+    driver's time, which made the difference swing with the worker's load, below zero at
+    times.) docs/benchmarks.md gives the instruction counts as a cross-check."""
     exec_add = eval("lambda: cai.ops.add(a, a, o)", ns)
 
     def timed_calls(loop, count):
@@ -254,10 +256,10 @@ def driver_share(ns, rounds_number=2000):
         inside, calls = timed_calls(cai.current_device, rounds_number)
         per_call = inside / calls  # clock reads plus a near-empty call
         cai.sim.reset_driver_calls()
-        t = time.thread_time()
+        t = time.perf_counter()
         for _ in range(rounds_number):
             exec_add()
-        plain = (time.thread_time() - t) * 1e9 / rounds_number
+        plain = (time.perf_counter() - t) * 1e9 / rounds_number
         cai.synchronize()
         inside, calls = timed_calls(exec_add, rounds_number)
         driver = max(0.0, (inside - calls * per_call) / rounds_number)

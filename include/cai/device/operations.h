@@ -113,12 +113,17 @@ constexpr const ElementwiseOpInfo& info(ElementwiseOp op) noexcept {
   return elementwise_ops[static_cast<int>(op)];
 }
 
+namespace detail {
+// At namespace scope: a local array would be built on the stack at every call.
+inline constexpr std::string_view elementwise_operand_names[] = {"out", "a", "b", "c"};
+static_assert(std::size(elementwise_operand_names) > max_elementwise_inputs);
+}  // namespace detail
+
 /// The name of operand k of an elementwise operation in messages and in Python: "out" (k = 0),
 /// then the inputs "a", "b", ...
 constexpr std::string_view elementwise_operand_name(std::size_t k) noexcept {
-  constexpr std::string_view names[] = {"out", "a", "b", "c"};
-  static_assert(std::size(names) > max_elementwise_inputs);
-  return k < std::size(names) ? names[k] : "?";
+  return k < std::size(detail::elementwise_operand_names) ? detail::elementwise_operand_names[k]
+                                                           : "?";
 }
 
 /// Bytes of one element; 0 for an invalid value.
