@@ -233,37 +233,36 @@ def driver_share(ns, rounds_number=2000):
     interval also holds part of the two clock reads around it, which the same timing of a call
     that does almost nothing (cuCtxGetCurrent, by cai.current_device()) measures and which is
     taken off per call. What the layers above the driver cost (the `above` extra samples) is
-    the wall time per call less the driver's, in the same round, both on the monotonic clock:
-    time the calling thread waits inside the driver (for the simulator's lock, which its worker
-    thread holds while it runs the queued work) is then driver time on both sides. (A thread
-    CPU time, as the rows are timed, left those waits out of the total but not out of the
-    driver's time, which made the difference swing with the worker's load, below zero at
-    times.) docs/benchmarks.md gives the instruction counts as a cross-check."""
+    the wall time of the same timed loop less the time inside the driver and the timing's own
+    cost, both on the monotonic clock and in one loop: time the calling thread waits inside the
+    driver (for the simulator's lock, which its worker thread holds while it runs the queued
+    work) is driver time on both sides, whatever the worker's load in that loop. (A thread CPU
+    time, as the rows are timed, left those waits out of the total but not out of the driver's
+    time, and two separate loops saw different waits: the difference swung by hundreds of
+    nanoseconds, below zero at times.) docs/benchmarks.md gives the instruction counts as a
+    cross-check."""
     exec_add = eval("lambda: cai.ops.add(a, a, o)", ns)
 
     def timed_calls(loop, count):
         cai.sim.reset_driver_calls()
         cai.sim.time_driver_calls(True)
+        t = time.perf_counter()
         for _ in range(count):
             loop()
+        wall = (time.perf_counter() - t) * 1e9
         cai.sim.time_driver_calls(False)
         ns_inside = sum(cai.sim.driver_call_ns().values())
         calls = sum(cai.sim.driver_calls().values())
         cai.synchronize()
-        return ns_inside, calls
+        return ns_inside, calls, wall
 
     def compute(extra):
-        inside, calls = timed_calls(cai.current_device, rounds_number)
-        per_call = inside / calls  # clock reads plus a near-empty call
-        cai.sim.reset_driver_calls()
-        t = time.perf_counter()
-        for _ in range(rounds_number):
-            exec_add()
-        plain = (time.perf_counter() - t) * 1e9 / rounds_number
-        cai.synchronize()
-        inside, calls = timed_calls(exec_add, rounds_number)
+        inside, calls, _ = timed_calls(cai.current_device, rounds_number)
+        per_call = inside / calls  # a clock read plus a near-empty call
+        inside, calls, wall = timed_calls(exec_add, rounds_number)
+        # Each timed call also pays about one clock read outside its interval: per_call again.
         driver = max(0.0, (inside - calls * per_call) / rounds_number)
-        extra.setdefault("above", []).append(plain - driver)
+        extra.setdefault("above", []).append((wall - inside - calls * per_call) / rounds_number)
         return driver
 
     return compute

@@ -75,6 +75,11 @@ const Names& names() {
 
 // ----- producer ------------------------------------------------------------------------------
 
+template <class Managed>
+void delete_borrowed(Managed* m);
+template <class Managed>
+void delete_borrowed_with_gil(Managed* m) noexcept;
+
 // An unconsumed capsule still owns its tensor. Runs with the GIL, possibly during exception
 // handling: the error indicator is saved around the deleter then. A consumer renames the
 // capsule, so the name pointer tells (no string compared); the tensor is also the context.
@@ -85,6 +90,11 @@ void capsule_destructor(PyObject* capsule) {
   if (PyCapsule_GetName(capsule) != name) return;  // consumed
   auto* t = static_cast<Managed*>(PyCapsule_GetContext(capsule));
   if (!t || !t->deleter) return;
+  if (t->deleter == &delete_borrowed<Managed>) {
+    // Our own export, here with the GIL: no GIL check, and nothing that can set an error.
+    delete_borrowed_with_gil(t);
+    return;
+  }
   if (!PyErr_Occurred()) {
     t->deleter(t);
     return;
@@ -115,19 +125,24 @@ struct BorrowedExport {
   PyObject* array = nullptr;
 };
 
+// Frees a borrowed export; the caller holds the GIL.
+template <class Managed>
+void delete_borrowed_with_gil(Managed* m) noexcept {
+  auto* e = static_cast<BorrowedExport<Managed>*>(m->manager_ctx);
+  Py_DECREF(e->array);
+  PyMem_Free(e);
+}
+
 // The DLPack deleter: from any thread, with or without the GIL; leaks after shutdown.
 template <class Managed>
 void delete_borrowed(Managed* m) {
-  auto* e = static_cast<BorrowedExport<Managed>*>(m->manager_ctx);
   if (!nb::is_alive()) return;
   if (PyGILState_Check()) {
-    Py_DECREF(e->array);
-    PyMem_Free(e);
+    delete_borrowed_with_gil(m);
     return;
   }
   WithGil gil;
-  Py_DECREF(e->array);
-  PyMem_Free(e);
+  delete_borrowed_with_gil(m);
 }
 
 // The element strides DLPack gives, built once per array.
@@ -198,6 +213,17 @@ std::pair<int, int> read_int_pair(nb::handle o, const char* what) {
   return {read_int32(nb::handle(a), what), read_int32(nb::handle(b), what)};
 }
 
+// Whether max_version asks for a versioned tensor (major >= 1). Consumers pass one constant
+// tuple from call to call: the last tuple that did is kept (a tuple cannot change), so the
+// same object is not read again.
+bool asks_versioned(nb::handle max_version) {
+  static PyObject* last_versioned = nullptr;  // a strong reference, replaced by a newer one
+  if (max_version.ptr() == last_versioned) return true;
+  if (read_int_pair(max_version, "__dlpack__(): max_version").first < 1) return false;
+  if (PyTuple_CheckExact(max_version.ptr())) Py_XSETREF(last_versioned, Py_NewRef(max_version.ptr()));
+  return true;
+}
+
 // The keywords of __dlpack__, borrowed; None when not given.
 struct ExportArgs {
   nb::handle stream = Py_None, max_version = Py_None, dl_device = Py_None, copy = Py_None;
@@ -209,8 +235,7 @@ nb::object dlpack_export(PyArray& self, nb::handle obj, const ExportArgs& args) 
     throw_error(Errc::buffer_error,
                 "__dlpack__(): the array is masked, and a DLPack tensor cannot carry a mask; "
                 "export the data and its .mask separately");
-  const bool versioned = !args.max_version.is_none() &&
-                         read_int_pair(args.max_version, "__dlpack__(): max_version").first >= 1;
+  const bool versioned = !args.max_version.is_none() && asks_versioned(args.max_version);
   std::optional<bool> copy;
   if (!args.copy.is_none()) {
     if (!PyBool_Check(args.copy.ptr()))

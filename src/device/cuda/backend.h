@@ -178,10 +178,6 @@ struct BackendState {
   std::mutex context_mu_;
   std::vector<cu::CUcontext> primary_;
   std::vector<signed char> pools_;  // by device: -1 unknown, 0 or 1
-  // check_memory with the remembered range of r.lo already looked up (`e`, which it updates).
-  PointerInfo check_found(std::string_view where, std::string_view name, const ByteRange& r,
-                          bool host, int device, std::optional<Ranges::Entry>& e);
-
   std::mutex module_mu_;
   std::unordered_map<cu::CUcontext, std::unique_ptr<Module>> modules_;
   // Tells this state from a later one at the same address (module_for's per-thread cache).

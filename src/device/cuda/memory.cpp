@@ -105,29 +105,7 @@ PointerInfo BackendState::check_memory(std::string_view where, std::string_view 
                                        const ByteRange& r, bool host, int device) {
   if (r.empty()) return {};
   std::optional<Ranges::Entry> e = ranges.find(r.lo);
-  return check_found(where, name, r, host, device, e);
-}
-
-void BackendState::check_operands(std::string_view where, std::span<const ByteRange> rs,
-                                  int device, std::span<PointerInfo> out) {
-  std::array<std::uint64_t, CAI_KERNEL_MAX_OPERANDS> los;
-  std::array<std::optional<Ranges::Entry>, CAI_KERNEL_MAX_OPERANDS> found;
-  for (std::size_t k = 0; k < rs.size(); ++k) los[k] = rs[k].lo;
-  ranges.find(std::span(los.data(), rs.size()), std::span(found.data(), rs.size()));
-  for (std::size_t k = 0; k < rs.size(); ++k) {
-    // An array used twice (a + a) is checked once.
-    std::size_t same = 0;
-    while (same < k && !(rs[same] == rs[k])) ++same;
-    out[k] = same < k         ? out[same]
-             : rs[k].empty() ? PointerInfo{}
-                             : check_found(where, elementwise_operand_name(k), rs[k], false,
-                                           device, found[k]);
-  }
-}
-
-PointerInfo BackendState::check_found(std::string_view where, std::string_view name,
-                                      const ByteRange& r, bool host, int device,
-                                      std::optional<Ranges::Entry>& e) {
+  if (e && Ranges::answers(*e, r, device)) return e->info;
   auto ask = [&] {
     counts.pointer_query.bump();
     e = query_pointer(r.lo);
@@ -178,6 +156,15 @@ PointerInfo BackendState::check_found(std::string_view where, std::string_view n
   if (r.lo >= alloc.lo && hi >= r.hi) return info;
   throw_error(Errc::device_error, what_of(where, name, r) +
                                       " runs past the end of its allocation " + range_text(alloc));
+}
+
+void BackendState::check_operands(std::string_view where, std::span<const ByteRange> rs,
+                                  int device, std::span<PointerInfo> out) {
+  std::array<bool, CAI_KERNEL_MAX_OPERANDS> answered{};
+  ranges.find_answers(rs, device, out, std::span(answered.data(), rs.size()));
+  for (std::size_t k = 0; k < rs.size(); ++k) {
+    if (!answered[k]) out[k] = check_memory(where, elementwise_operand_name(k), rs[k], false, device);
+  }
 }
 
 void BackendState::remember(std::uint64_t ptr, std::size_t bytes, MemoryKind kind, bool pooled) {

@@ -43,12 +43,37 @@ class Ranges {
   /// The entry whose range holds ptr, if any.
   std::optional<Entry> find(std::uint64_t ptr) const {
     std::lock_guard lock(mutex_);
-    return find_locked(ptr);
+    auto it = by_base_.upper_bound(ptr);
+    if (it == by_base_.begin()) return std::nullopt;
+    --it;
+    if (ptr - it->first >= it->second.info.alloc_size) return std::nullopt;
+    return it->second;
   }
-  /// find() of each of `ptrs` into `out`, under one lock (the operands of one operation).
-  void find(std::span<const std::uint64_t> ptrs, std::span<std::optional<Entry>> out) const {
+  /// Whether a remembered entry answers for the bytes r of work on `device` (-1: any) as it
+  /// is: it holds them all and, when foreign, is of that device (a remembered range of another
+  /// device may have been reused since). Anything else is BackendState::check_memory's to
+  /// decide, by asking the driver.
+  static bool answers(const Entry& e, const ByteRange& r, int device) noexcept {
+    if (!e.own && device >= 0 && e.info.kind == MemoryKind::device && e.info.device != device)
+      return false;
+    if (e.info.kind == MemoryKind::unregistered) return false;
+    return ByteRange{e.info.alloc_base, e.info.alloc_base + e.info.alloc_size}.contains(r);
+  }
+  /// For each non-empty range of `rs`, under one lock (the operands of one operation): the
+  /// remembered entry's info into out[k] and true into answered[k] when it answers().
+  void find_answers(std::span<const ByteRange> rs, int device, std::span<PointerInfo> out,
+                    std::span<bool> answered) const {
     std::lock_guard lock(mutex_);
-    for (std::size_t k = 0; k < ptrs.size(); ++k) out[k] = find_locked(ptrs[k]);
+    for (std::size_t k = 0; k < rs.size(); ++k) {
+      if (rs[k].empty()) continue;
+      auto it = by_base_.upper_bound(rs[k].lo);
+      if (it == by_base_.begin()) continue;
+      --it;
+      if (answers(it->second, rs[k], device)) {
+        out[k] = it->second.info;
+        answered[k] = true;
+      }
+    }
   }
 
   /// An allocation of this backend.
@@ -97,13 +122,6 @@ class Ranges {
   }
 
  private:
-  std::optional<Entry> find_locked(std::uint64_t ptr) const {
-    auto it = by_base_.upper_bound(ptr);
-    if (it == by_base_.begin()) return std::nullopt;
-    --it;
-    if (ptr - it->first >= it->second.info.alloc_size) return std::nullopt;
-    return it->second;
-  }
   void forget_locked(std::uint64_t base, std::uint64_t size, bool own_too) {
     auto it = by_base_.upper_bound(base);
     if (it != by_base_.begin() &&
