@@ -109,7 +109,7 @@ def test_demo_explains_the_reverse_wait():
     # out; x twice and y; x's idle stream needs none before the first copy), and one reverse
     # wait after each kernel on another stream than the legacy one.
     assert len(before) == 6 and len(after) == 2 and len(waits) == 8, waits
-    assert "a query at import found it idle" in out
+    assert "found the stream idle, so no event and no wait" in out
     assert "reverse wait" in out and "under the kernel" in out
     assert "correct: out == a + 2a" in out and ": correct" in out
 
