@@ -220,7 +220,8 @@ bool asks_versioned(nb::handle max_version) {
   static PyObject* last_versioned = nullptr;  // a strong reference, replaced by a newer one
   if (max_version.ptr() == last_versioned) return true;
   if (read_int_pair(max_version, "__dlpack__(): max_version").first < 1) return false;
-  if (PyTuple_CheckExact(max_version.ptr())) Py_XSETREF(last_versioned, Py_NewRef(max_version.ptr()));
+  if (PyTuple_CheckExact(max_version.ptr()))
+    Py_XSETREF(last_versioned, Py_NewRef(max_version.ptr()));
   return true;
 }
 

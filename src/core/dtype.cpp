@@ -1,9 +1,9 @@
 #include "cai/core/dtype.h"
 
 #include <algorithm>
-#include <cstring>
 #include <bit>
 #include <charconv>
+#include <cstring>
 #include <limits>
 #include <string>
 

@@ -136,8 +136,8 @@ Interface validate_interface(const InterfaceFields& f, TypestrOptions options) {
     out.layout = Layout(f.shape, f.strides, itemsize, *extent, Layout::Checked{});
   } else {
     // Row-major: from byte 0 to the byte size (0 without elements, the item for 0-d).
-    out.layout = Layout(f.shape, Layout::c_strides(f.shape, itemsize), itemsize,
-                        Extent{0, *nbytes}, Layout::Checked{});
+    out.layout = Layout(f.shape, Layout::c_strides(f.shape, itemsize), itemsize, Extent{0, *nbytes},
+                        Layout::Checked{});
   }
 
   out.readonly = f.read_only;

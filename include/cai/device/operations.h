@@ -123,7 +123,7 @@ static_assert(std::size(elementwise_operand_names) > max_elementwise_inputs);
 /// then the inputs "a", "b", ...
 constexpr std::string_view elementwise_operand_name(std::size_t k) noexcept {
   return k < std::size(detail::elementwise_operand_names) ? detail::elementwise_operand_names[k]
-                                                           : "?";
+                                                          : "?";
 }
 
 /// Bytes of one element; 0 for an invalid value.

@@ -158,12 +158,13 @@ PointerInfo BackendState::check_memory(std::string_view where, std::string_view 
                                       " runs past the end of its allocation " + range_text(alloc));
 }
 
-void BackendState::check_operands(std::string_view where, std::span<const ByteRange> rs,
-                                  int device, std::span<PointerInfo> out) {
+void BackendState::check_operands(std::string_view where, std::span<const ByteRange> rs, int device,
+                                  std::span<PointerInfo> out) {
   std::array<bool, CAI_KERNEL_MAX_OPERANDS> answered{};
   ranges.find_answers(rs, device, out, std::span(answered.data(), rs.size()));
   for (std::size_t k = 0; k < rs.size(); ++k) {
-    if (!answered[k]) out[k] = check_memory(where, elementwise_operand_name(k), rs[k], false, device);
+    if (!answered[k])
+      out[k] = check_memory(where, elementwise_operand_name(k), rs[k], false, device);
   }
 }
 

@@ -56,8 +56,8 @@ void launch_elementwise(const StreamScope& on, std::string_view where, Elementwi
                                           kernels::merge_operands<3>({ops[0], ops[1], ops[2]})));
       return;
     default:
-      throw_error(Errc::not_implemented,
-                  std::string(where) + ": no launch for " + std::to_string(ops.size()) + " operands");
+      throw_error(Errc::not_implemented, std::string(where) + ": no launch for " +
+                                             std::to_string(ops.size()) + " operands");
   }
 }
 
@@ -263,8 +263,8 @@ void Backend::elementwise_async(ElementwiseOp op, ElementType type,
   bool in_place = true;
   for (std::size_t k = 0; k < operands.size(); ++k) {
     ops[k] = &operands[k];
-    in_place = in_place && kernel_can_access(infos[k], on.device) &&
-               detail::aligned(operands[k], align);
+    in_place =
+        in_place && kernel_can_access(infos[k], on.device) && detail::aligned(operands[k], align);
   }
   const std::span<const Operand* const> used(ops.data(), operands.size());
   if (in_place) {
