@@ -91,8 +91,9 @@ void capsule_destructor(PyObject* capsule) {
   auto* t = static_cast<Managed*>(PyCapsule_GetContext(capsule));
   if (!t || !t->deleter) return;
   if (t->deleter == &delete_borrowed<Managed>) {
-    // Our own export, here with the GIL: no GIL check, and nothing that can set an error.
-    delete_borrowed_with_gil(t);
+    // Our own export, here with the GIL: no GIL check, and nothing that can set an error
+    // (after nanobind's shutdown it leaks, as delete_borrowed does).
+    if (nb::is_alive()) delete_borrowed_with_gil(t);
     return;
   }
   if (!PyErr_Occurred()) {
