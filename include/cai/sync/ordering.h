@@ -18,7 +18,8 @@
 //     per-thread default streams included;
 //   - a foreign stream (any other handle an import names) is the producer's, which may destroy
 //     it after the import (CuPy exports its current stream, which the array does not keep
-//     alive): an event is recorded on it at import, and stands for it from then on. Work on
+//     alive): at import, one query asks whether work is queued on it; if so, an event is
+//     recorded on it and stands for it from then on (if not, nothing is pending). Work on
 //     another stream waits for that event; after the work, the legacy default stream (not the
 //     producer's) waits for it, which orders the producer's later work when its stream is
 //     blocking. The data adopts the work stream.
