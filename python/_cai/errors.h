@@ -17,7 +17,7 @@ void set_python_error(const Error& e) noexcept;
 /// Runs f for a C entry point (the C API, the DLPack exchange table): 0 on success, or -1 with
 /// the Python exception set; nothing escapes.
 template <class F>
-int guarded(F&& f) noexcept {
+CAI_CATCHES_FORCED_UNWIND int guarded(F&& f) noexcept {
   try {
     f();
     return 0;

@@ -34,7 +34,7 @@ namespace {
 unsigned long g_main_thread = 0;  // Python's main thread, read at import
 }  // namespace
 
-NoGil::~NoGil() {
+CAI_CATCHES_FORCED_UNWIND NoGil::~NoGil() {
   // Only other threads are stopped by the interpreter at exit; the main thread (running
   // finalizers, say) takes the GIL back as usual.
   if (py_finalizing() && PyThread_get_thread_ident() != g_main_thread) park_thread();
