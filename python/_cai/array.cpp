@@ -395,13 +395,12 @@ const void* buffer_ptr(nb::handle arr) {
 }
 
 // Numba's rule: stream=0 (the default) copies synchronously; a stream queues the copy, which
-// returns at once when the host memory is page-locked.
+// returns at once when the host memory is page-locked. 0 is read under the integer policy
+// (np.int64(0) and np.array(0) are 0 too); the caller read `stream` with stream_arg first.
 bool blocking_stream(nb::handle stream) {
   if (stream.is_none()) return true;
-  if (!PyLong_CheckExact(stream.ptr())) return false;
-  const long v = PyLong_AsLong(stream.ptr());
-  if (v == -1 && PyErr_Occurred()) PyErr_Clear();
-  return v == 0;
+  if (PyStream * s; nb::try_cast<PyStream*>(stream, s) && s) return false;
+  return is_integer(stream) && read_uint64(stream, "stream", "an int") == 0;
 }
 
 // The values of v (not its mask) in a NumPy array: a new one, or `ary`; waits for the copy
