@@ -552,6 +552,22 @@ bool is_gpu_array(nb::handle value) {
   return type == kDLCUDA || type == kDLCUDAHost || type == kDLCUDAManaged;
 }
 
+namespace {
+
+// Whether `host` (the contiguous array a copy reads) is memory of the caller's NumPy array
+// `value`, rather than a temporary cai made (a conversion, a contiguous copy). A queued copy
+// from a temporary would read it after it is freed (its pages may be locked by cai.pinned),
+// so only the caller's own memory is copied without waiting. Live arrays never overlap, so
+// NumPy's bounds check tells them apart.
+bool is_callers_memory(nb::handle host, nb::handle value) {
+  if (host.is(value)) return true;
+  nb::handle np = numpy_module();
+  return nb::isinstance(value, np.attr("ndarray")) &&
+         nb::cast<bool>(np.attr("may_share_memory")(host, value));
+}
+
+}  // namespace
+
 // A host value as a C-contiguous NumPy array of v's dtype broadcast to its shape, copied in.
 void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream,
                    bool blocking) {
@@ -559,6 +575,7 @@ void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& str
   arr = numpy_module().attr("broadcast_to")(arr, to_tuple(dst.shape()));
   nb::object host = numpy_module().attr("ascontiguousarray")(arr);
   const void* ptr = buffer_ptr(host);
+  blocking = blocking || !is_callers_memory(host, value);
   NoGil nogil;  // may wait for the copy
   copy_from_host(dst, ptr, stream, blocking);
 }
@@ -667,9 +684,10 @@ nb::object to_device(nb::handle obj, nb::handle stream) {
   nb::object host =
       numpy_module().attr("ascontiguousarray")(fortran ? nb::object(arr.attr("T")) : arr);
   const void* ptr = buffer_ptr(host);
+  const bool blocking = blocking_stream(stream) || !is_callers_memory(host, obj);
   {
     NoGil nogil;
-    copy_from_host(fortran ? v.transpose() : v, ptr, s, blocking_stream(stream));
+    copy_from_host(fortran ? v.transpose() : v, ptr, s, blocking);
   }
   return wrap(std::move(v), dt);
 }

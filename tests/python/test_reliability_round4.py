@@ -40,6 +40,79 @@ def in_thread(fn):
     return value, done
 
 
+# ----- 1. temporaries cai makes outlive the copies that read them ----------------------------
+
+class LockedTemporary:
+    """Host data whose NumPy array is a temporary made for the call (as NumPy's conversion of a
+    list, or of another dtype, makes one inside cai) on pages a cai.pinned block locked: the
+    only reference to it is the caller's (cai's) once __array__ returns."""
+
+    def __init__(self, values):
+        self.values = values
+        self.locks = []
+
+    def __array__(self, dtype=None, copy=None):
+        tmp = self.values.astype(dtype or self.values.dtype)
+        lock = cai.pinned(tmp)
+        lock.__enter__()
+        lock._arrays = ()            # the lock must not keep the temporary alive
+        self.locks.append(lock)
+        return tmp
+
+    def unlock(self):
+        for lock in self.locks:
+            lock.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("route", ["to_device", "copy_to_device"])
+def test_a_temporary_on_locked_pages_is_copied_before_it_is_freed(route):
+    values = np.arange(N, dtype=np.float64)
+    source = LockedTemporary(values)
+    s = cai.stream()
+    dst = cai.device_array(N, dtype=np.float32, stream=s)
+    try:
+        cai.sim.delay(s, 0.3)   # the stream is busy: a queued copy would read the buffer late
+        if route == "to_device":
+            dst = cai.to_device(source, stream=s)
+        else:
+            dst.copy_to_device(source, stream=s)
+        # The temporary is freed now: the copy must be done (a queued one would read whatever
+        # reuses its memory).
+        assert s.query()
+        junk = np.full(N, -1.0)      # likely where the temporary was
+        s.synchronize()
+        np.testing.assert_array_equal(dst.copy_to_host(), values.astype(dst.dtype))
+        del junk
+    finally:
+        source.unlock()
+
+
+@pytest.mark.parametrize("source", [list(range(N)), np.arange(N, dtype=np.int16)],
+                         ids=["list", "other dtype"])
+def test_converted_host_data_arrives_whole(source):
+    s = cai.stream()
+    a = cai.device_array(N, dtype=np.float64, stream=s)
+    a.copy_to_device(source, stream=s)
+    b = cai.to_device(source, stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(a.copy_to_host(), np.arange(N))
+    np.testing.assert_array_equal(b.copy_to_host(), np.arange(N))
+
+
+def test_the_callers_own_locked_array_is_still_copied_without_waiting():
+    """The fix copies only cai's temporaries synchronously: a queued copy of the caller's own
+    page-locked array still returns at once (the stream held, no deadlock)."""
+    host = cai.pinned_array(N, dtype=np.float32)
+    host[:] = 3
+    s = cai.stream()
+    dst = cai.device_array(N, dtype=np.float32, stream=s)
+    with cai.sim.hold(s):
+        dst.copy_to_device(host, stream=s)
+        assert not s.query()
+    s.synchronize()
+    np.testing.assert_array_equal(dst.copy_to_host(), host)
+
+
 # ----- 3. NumPy integers as streams mean what ints mean -------------------------------------
 
 @pytest.mark.parametrize("zero", [0, np.int64(0), np.array(0), np.uint8(0)],
