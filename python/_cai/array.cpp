@@ -615,13 +615,7 @@ View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle 
     throw_error(Errc::value_error,
                 "device_array(): strides make elements overlap; each element "
                 "must have its own bytes");
-  const auto ext = layout.extent();
-  if (layout.size() == 0)
-    return View(0, std::move(dtype), std::move(layout), false, sync::SyncState::idle(stream), {});
-  auto buffer = std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(ext.hi - ext.lo));
-  const std::uint64_t ptr = buffer->ptr() - static_cast<std::uint64_t>(ext.lo);
-  return View(ptr, std::move(dtype), std::move(layout), false, sync::SyncState::idle(stream),
-              std::move(buffer));
+  return View::allocate(std::move(dtype), std::move(layout), stream, kind);
 }
 
 // device_array, managed_array and mapped_array: Numba's signatures, one memory kind each.

@@ -113,6 +113,72 @@ def test_the_callers_own_locked_array_is_still_copied_without_waiting():
     np.testing.assert_array_equal(dst.copy_to_host(), host)
 
 
+# ----- 2. the allocator hook is told the stream the memory was used on ----------------------
+
+class Pool:
+    """A stream-ordered pool over one array: a block given back on a stream is reused only on
+    that stream (as CuPy's and RMM's pools are)."""
+
+    def __init__(self):
+        self.arena = cai.device_array(1 << 20, dtype=np.uint8)
+        self.top = 0
+        self.free = {}
+        self.calls = []
+
+    def allocate(self, nbytes, device, stream):
+        self.calls.append(("allocate", nbytes, stream))
+        blocks = self.free.get(stream, [])
+        if blocks:
+            return blocks.pop()
+        ptr = self.arena.ptr + self.top
+        self.top += (nbytes + 255) // 256 * 256
+        return ptr
+
+    def deallocate(self, ptr, nbytes, device, stream):
+        self.calls.append(("deallocate", nbytes, stream))
+        self.free.setdefault(stream, []).append(ptr)
+
+
+@pytest.fixture
+def pool():
+    p = Pool()
+    cai.set_allocator(p.allocate, p.deallocate)
+    yield p
+    cai.set_allocator()
+
+
+def test_explicit_strides_tell_the_pool_the_stream(pool):
+    s, other = cai.stream(), cai.stream()
+    a = cai.device_array(256, dtype=np.float32, strides=(8,), stream=s)
+    assert pool.calls == [("allocate", 255 * 8 + 4, s.handle)]
+    assert a.__cuda_array_interface__["stream"] == s.handle   # ready in order on s only
+    with cai.sim.hold(other):
+        cai.ops.fill(a, 1.0, stream=other)
+        del a                        # given back on s, after the fill on `other`
+        assert pool.calls[-1] == ("deallocate", 255 * 8 + 4, s.handle)
+        b = cai.device_array(256 * 2, dtype=np.float32, stream=s)   # the same block, on s
+        cai.ops.fill(b, 2.0, stream=s)   # RaceError if s were not ordered after the fill
+    np.testing.assert_array_equal(b.copy_to_host(), np.full(512, 2.0, np.float32))
+
+
+def test_another_threads_default_stream_is_given_back_ordered(pool):
+    def make():
+        a = cai.device_array(N, dtype=np.float32, stream=2)   # its thread's stream 2
+        cai.sim.delay(2, 0.05)
+        cai.ops.fill(a, 1.0)
+        return a
+
+    a, done = in_thread(make)
+    try:
+        del a                                 # dropped here: 2 is this thread's stream
+        assert pool.calls[-1] == ("deallocate", N * 4, 1)   # the legacy stream, ordered after
+        b = cai.device_array(N, dtype=np.float32, stream=1)  # the same block
+        cai.ops.fill(b, 2.0)                  # RaceError if not ordered after the thread's fill
+        np.testing.assert_array_equal(b.copy_to_host(), np.full(N, 2.0, np.float32))
+    finally:
+        done()
+
+
 # ----- 3. NumPy integers as streams mean what ints mean -------------------------------------
 
 @pytest.mark.parametrize("zero", [0, np.int64(0), np.array(0), np.uint8(0)],
