@@ -375,50 +375,68 @@ void StreamOrder::finish() {
   detail::SmallVector<StreamRef::Key, 4> done;
   EventHandle ev = 0;
   bool legacy_waited = false;
-  for (std::size_t i = 0; i < states_.size(); ++i) {
-    SyncState* state = states_[i];
-    std::lock_guard lock(state->mutex_);
-    state->mark_work();
-    const std::optional<StreamHandle> foreign =
-        state->event_ ? std::optional(state->event_->producer())
-                      : (state->stream_ ? std::nullopt : state->foreign_producer_);
-    if (foreign && *foreign != work_.handle && !legacy_waited &&
-        work_.handle != kLegacyDefaultStream) {
-      // A producer's stream cai cannot trust to be alive gets no wait, and data imported with
-      // nothing pending names none (or one that was idle): the legacy stream waits,
-      // which orders the producer's later work after this work when its stream is blocking
-      // (docs/architecture.md, "Foreign streams").
+  std::size_t i = 0;
+  try {
+    for (; i < states_.size(); ++i) {
+      SyncState* state = states_[i];
+      std::lock_guard lock(state->mutex_);
+      state->mark_work();
+      const std::optional<StreamHandle> foreign =
+          state->event_ ? std::optional(state->event_->producer())
+                        : (state->stream_ ? std::nullopt : state->foreign_producer_);
+      if (foreign && *foreign != work_.handle && !legacy_waited &&
+          work_.handle != kLegacyDefaultStream) {
+        // A producer's stream cai cannot trust to be alive gets no wait, and data imported
+        // with nothing pending names none (or one that was idle): the legacy stream waits,
+        // which orders the producer's later work after this work when its stream is blocking
+        // (docs/architecture.md, "Foreign streams").
+        if (ev == 0) {
+          ev = scratch_event(backend_, device_of_stream(backend_, work_.handle));
+          backend_.event_record(ev, work_.handle);
+        }
+        backend_.stream_wait_event(kLegacyDefaultStream, ev);
+        trace_wait(kLegacyDefaultStream, work_.handle);
+        legacy_waited = true;
+      }
+      if (!state->stream_ || state->event_) {
+        // No stream, or one cai cannot trust to be alive: the data adopts the work stream,
+        // which is ordered after the import's event.
+        state->stream_ = work_;
+        state->event_.reset();
+        state->foreign_producer_.reset();
+        continue;
+      }
+      StreamRef producer;
+      producer.handle = state->stream_->handle;
+      producer.thread = state->stream_->thread;
+      if (producer.same_stream(work_) ||
+          done.any_of([&](const StreamRef::Key& s) { return s == producer.key(); }))
+        continue;
+      const StreamHandle target = reachable(producer);
+      if (target == kLegacyDefaultStream && work_.handle == kLegacyDefaultStream) continue;
       if (ev == 0) {
         ev = scratch_event(backend_, device_of_stream(backend_, work_.handle));
         backend_.event_record(ev, work_.handle);
       }
-      backend_.stream_wait_event(kLegacyDefaultStream, ev);
-      trace_wait(kLegacyDefaultStream, work_.handle);
-      legacy_waited = true;
+      backend_.stream_wait_event(target, ev);
+      trace_wait(target, work_.handle);
+      done.push_back(producer.key());
     }
-    if (!state->stream_ || state->event_) {
-      // No stream, or one cai cannot trust to be alive: the data adopts the work stream,
-      // which is ordered after the import's event.
+  } catch (...) {
+    // The work is enqueued whatever failed here. add() ordered it after all the data's
+    // earlier work, so the data not yet ordered adopts the work stream: later work on the
+    // data waits for it (never races), and the error reaches the caller.
+    for (; i < states_.size(); ++i) {
+      SyncState* state = states_[i];
+      std::lock_guard lock(state->mutex_);
+      state->mark_work();
       state->stream_ = work_;
       state->event_.reset();
       state->foreign_producer_.reset();
-      continue;
     }
-    StreamRef producer;
-    producer.handle = state->stream_->handle;
-    producer.thread = state->stream_->thread;
-    if (producer.same_stream(work_) ||
-        done.any_of([&](const StreamRef::Key& s) { return s == producer.key(); }))
-      continue;
-    const StreamHandle target = reachable(producer);
-    if (target == kLegacyDefaultStream && work_.handle == kLegacyDefaultStream) continue;
-    if (ev == 0) {
-      ev = scratch_event(backend_, device_of_stream(backend_, work_.handle));
-      backend_.event_record(ev, work_.handle);
-    }
-    backend_.stream_wait_event(target, ev);
-    trace_wait(target, work_.handle);
-    done.push_back(producer.key());
+    states_.clear();
+    waited_.clear();
+    throw;
   }
   states_.clear();
   waited_.clear();

@@ -199,3 +199,19 @@ def test_numpy_zero_as_stream_waits_for_the_copy(zero):
     np.testing.assert_array_equal(d.copy_to_host(), out)
 
 
+# ----- 6. the ordering after enqueued work survives a failing driver call --------------------
+
+@pytest.mark.parametrize("entry", ["cuEventRecord", "cuStreamWaitEvent"])
+def test_a_failed_ordering_still_orders_the_array_after_the_work(entry):
+    s1, s2 = cai.stream(), cai.stream()
+    a = cai.device_array(N, dtype=np.float32, stream=s1)
+    cai.sim.delay(s2, 0.05)
+    # The fill's first record and wait order it after a's work on s1 (add); the second ones,
+    # after the kernel, order s1 after it (finish): those fail.
+    cai.sim.inject_error(entry, 999, skip=1)
+    with pytest.raises(cai.DeviceError, match=entry):
+        cai.ops.fill(a, 1.0, stream=s2)   # the fill is enqueued; ordering s1 after it fails
+    cai.ops.fill(a, 2.0, stream=s1)       # RaceError if a did not know of the fill on s2
+    np.testing.assert_array_equal(a.copy_to_host(), np.full(N, 2.0, np.float32))
+
+
