@@ -215,3 +215,31 @@ def test_a_failed_ordering_still_orders_the_array_after_the_work(entry):
     np.testing.assert_array_equal(a.copy_to_host(), np.full(N, 2.0, np.float32))
 
 
+# ----- 8. another thread's per-thread default stream -----------------------------------------
+
+def _filled_on_a_threads_stream(value):
+    def make():
+        a = cai.device_array(N, dtype=np.float32, stream=2)
+        cai.sim.delay(2, 0.05)
+        cai.ops.fill(a, value)            # on that thread's stream 2
+        return a
+    return in_thread(make)
+
+
+@pytest.mark.parametrize("how", ["default", "x.stream"])
+def test_another_threads_stream_is_ordered_not_taken_for_ours(how):
+    a, done = _filled_on_a_threads_stream(1.0)
+    try:
+        assert a.stream.handle == 2
+        kw = {} if how == "default" else {"stream": a.stream}
+        np.testing.assert_array_equal(a.copy_to_host(**kw), np.full(N, 1.0, np.float32))
+        b, done_b = _filled_on_a_threads_stream(3.0)
+        try:
+            cai.ops.add(b, b, b, **({} if how == "default" else {"stream": b.stream}))
+            np.testing.assert_array_equal(b.copy_to_host(), np.full(N, 6.0, np.float32))
+        finally:
+            done_b()
+    finally:
+        done()
+
+
