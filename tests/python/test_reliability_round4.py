@@ -243,3 +243,14 @@ def test_another_threads_stream_is_ordered_not_taken_for_ours(how):
         done()
 
 
+# ----- 9. the exchange API's no-sync exports ------------------------------------------------
+
+def test_from_dlpack_copy_waits_for_a_non_blocking_stream():
+    s = cai.stream(non_blocking=True)
+    a = cai.device_array(N, dtype=np.float32, stream=s)
+    cai.ops.fill(a, 0.0, stream=s)
+    s.synchronize()
+    cai.sim.delay(s, 0.05)
+    cai.ops.fill(a, 7.0, stream=s)
+    b = cai.from_dlpack(a, copy=True)     # RaceError (or a stale copy) without the ordering
+    np.testing.assert_array_equal(b.copy_to_host(), np.full(N, 7.0, np.float32))
