@@ -88,8 +88,8 @@ def test_race_detector_is_on(streams):
     assert cai.sim.race_detection()
 
 
-def test_slow_producer_consumer_on_another_stream(streams):
-    A, B, x, y, out = slow_producer(*streams, None)
+def test_slow_producer_consumer_on_another_stream(held):
+    A, B, x, y, out = held
     p = Producer(x)
     imported = cai.as_cuda_array(p)
     # No default stream: A stays the producer's, stood for by the event recorded at import.
