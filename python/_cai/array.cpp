@@ -642,6 +642,7 @@ nb::object device_array_like(nb::handle ary, nb::handle stream) {
     // and the new array goes to its device, as CuPy's empty_like does.
     const ViewArg like(ary, false, entry);
     const OperationDevice on(entry, {{"ary", like.get()}}, s);
+    const DeviceGuard there(new_array_device(*like, s));
     return wrap(View::allocate(like->dtype(), like->shape(), like->layout().is_f_only(), s),
                 a ? a->np_dtype : nb::object());
   }

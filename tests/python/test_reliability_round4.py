@@ -254,3 +254,52 @@ def test_from_dlpack_copy_waits_for_a_non_blocking_stream():
     cai.ops.fill(a, 7.0, stream=s)
     b = cai.from_dlpack(a, copy=True)     # RaceError (or a stale copy) without the ordering
     np.testing.assert_array_equal(b.copy_to_host(), np.full(N, 7.0, np.float32))
+
+
+# ----- 7. managed memory used on two devices ----------------------------------------------
+
+def test_managed_memory_used_on_two_devices():
+    """Handle 1 is each device's own legacy stream: work on managed memory under device 1 is
+    ordered before later use under device 0, and new arrays like it go to its device. Two
+    simulated devices need a fresh interpreter (CAI_SIM_DEVICES is read once)."""
+    from helpers import run_isolated
+    r = run_isolated("""
+        import ctypes
+        import numpy as np
+        import cai
+        assert cai.device_count() == 2
+        N = 1 << 12
+        m = cai.managed_array(N, dtype=np.float32)      # allocated on device 0
+        cai.ops.fill(m, 0.0)
+        cai.synchronize()
+
+        def fill_on_device_1(value):
+            with cai.Device(1):
+                cai.sim.delay(1, 0.1)                   # device 1's legacy stream
+                cai.ops.fill(m, value)                  # runs on device 1's stream 1
+
+        fill_on_device_1(1.0)
+        d = cai.device_array(N, dtype=np.float32)
+        cai.ops.copy(d, m)                              # RaceError without the ordering
+        assert (d.copy_to_host() == 1.0).all()
+
+        fill_on_device_1(2.0)
+        assert (np.asarray(m) == 2.0).all()             # stale 1.0 without the ordering
+
+        fill_on_device_1(3.0)
+        m.synchronize()
+        raw = np.frombuffer(ctypes.string_at(m.ptr, m.nbytes), np.float32)
+        assert (raw == 3.0).all(), raw[:4]
+
+        fill_on_device_1(4.0)
+        c = cai.as_cuda_array(m)                         # exported under device 0
+        assert (c.copy_to_host() == 4.0).all()
+
+        with cai.Device(1):
+            assert cai.device_array_like(m).device == m.device == cai.Device(0)
+            assert m.copy().device == cai.Device(0)
+        print("ok")
+    """, env={"CAI_SIM_DEVICES": "2"})
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
