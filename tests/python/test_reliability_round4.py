@@ -303,3 +303,27 @@ def test_managed_memory_used_on_two_devices():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
+# ----- 10. managed and mapped arrays on a cai.multiprocessing queue ---------------------------
+
+def test_managed_and_mapped_arrays_travel_on_a_queue_by_copy():
+    import cai.multiprocessing as mp
+    import scale_helpers
+    from scale_helpers import TIMEOUT
+    ctx = mp.get_context("spawn")
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=scale_helpers.queue_values, args=(q_in, q_out), daemon=True)
+    p.start()
+    try:
+        for make in (cai.managed_array, cai.mapped_array):
+            a = make(6, dtype=np.float32)
+            cai.ops.fill(a, 2.5)
+            a.synchronize()
+            q_in.put(a)
+            got = q_out.get(timeout=TIMEOUT)     # queue.Empty: the array was dropped
+            np.testing.assert_array_equal(got, np.full(6, 2.5, np.float32))
+    finally:
+        q_in.put(None)
+        p.join(TIMEOUT)
+    assert p.exitcode == 0
+
+
