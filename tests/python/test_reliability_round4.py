@@ -327,3 +327,61 @@ def test_managed_and_mapped_arrays_travel_on_a_queue_by_copy():
     assert p.exitcode == 0
 
 
+# ----- 5. allocator errors ------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad, error, text", [
+    (-1, ValueError, r"allocate\(\) \(cai.set_allocator\) returned: -1 is out of range"),
+    (2**64, ValueError, r"returned: 18446744073709551616 is out of range"),
+    (True, TypeError, r"allocate\(\) returned bool, not an int"),
+])
+def test_an_allocator_returning_no_pointer_is_a_clear_error(bad, error, text):
+    cai.set_allocator(lambda n, d, s: bad, lambda p, n, d, s: None)
+    try:
+        with pytest.raises(error, match=text):
+            cai.device_array(16)
+    finally:
+        cai.set_allocator()
+
+
+ALLOCATOR_AT_EXIT = """
+    import threading, time
+    import numpy as np
+    import cai
+    arena = cai.device_array(1 << 16, dtype=np.uint8)
+
+    def python_work():
+        total = 0
+        for i in range(5000):              # where the interpreter ends the thread at exit
+            total += i
+        return total
+
+    def allocate(nbytes, device, stream):
+        python_work()
+        return arena.ptr
+
+    def deallocate(ptr, nbytes, device, stream):
+        python_work()
+
+    cai.set_allocator(allocate, deallocate)
+
+    def work():
+        while True:
+            a = cai.device_array(64, dtype=np.uint8)
+            del a
+
+    for _ in range(4):
+        threading.Thread(target=work, daemon=True).start()
+    time.sleep(0.2)                        # let them run; then exit with them inside the hook
+"""
+
+
+def test_exit_with_daemon_threads_inside_the_allocator():
+    from helpers import run_isolated_many
+    runs = 10
+    results = run_isolated_many(ALLOCATOR_AT_EXIT, runs)
+    failed = [r for r in results if r.returncode != 0 or "Fatal Python error" in r.stderr
+              or "terminate called" in r.stderr or "FATAL" in r.stderr]
+    assert not failed, (f"{len(failed)} of {runs} runs failed; exit code "
+                        f"{failed[0].returncode}\n{failed[0].stderr[-3000:]}")
+
+
