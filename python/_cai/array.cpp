@@ -797,9 +797,11 @@ void bind_array(nb::module_& m) {
       "_host_register",
       [](std::uint64_t ptr, std::size_t bytes) { device::backend().host_register(ptr, bytes); },
       nb::arg("ptr"), nb::arg("nbytes"), "Page-locks host memory (cai.pinned).");
-  m.def(
-      "_host_unregister", [](std::uint64_t ptr) { device::backend().host_unregister(ptr); },
-      nb::arg("ptr"), "Undoes _host_register (cai.pinned).");
+  m.def("_host_unregister", exit_safe([](std::uint64_t ptr) {
+          NoGil nogil;  // the driver waits for all device work before it unlocks
+          device::backend().host_unregister(ptr);
+        }),
+        nb::arg("ptr"), "Undoes _host_register (cai.pinned).");
   m.def("device_array_like", exit_safe(&device_array_like), nb::arg("ary"),
         nb::arg("stream").none() = 0);
   m.def("to_device", exit_safe(&to_device), nb::arg("obj"), nb::arg("stream").none() = 0,

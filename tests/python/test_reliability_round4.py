@@ -385,3 +385,53 @@ def test_exit_with_daemon_threads_inside_the_allocator():
                         f"{failed[0].returncode}\n{failed[0].stderr[-3000:]}")
 
 
+# ----- 4. cai.pinned blocks ---------------------------------------------------------------
+
+def test_one_failing_unlock_leaves_no_other_range_locked():
+    import mmap
+    whole = np.zeros(1 << 18)                       # 2 MiB: two ends far apart, two ranges
+    lower, upper = whole[:1024], whole[-1024:]
+    lock = cai.pinned(lower, upper)
+    lock.__enter__()
+    cai.sim.inject_error("cuMemHostUnregister", 1)  # the first unlock (the upper range) fails
+    with pytest.raises(cai.DeviceError, match="cuMemHostUnregister"):
+        lock.__exit__(None, None, None)
+    # The lower range was unlocked all the same: it can be locked again.
+    with cai.pinned(lower):
+        pass
+    cai._cai._host_unregister(upper.ctypes.data // mmap.PAGESIZE * mmap.PAGESIZE)  # clean up
+
+
+UNLOCK_WITHOUT_THE_GIL = """
+    import threading
+    import numpy as np
+    import cai
+    s = cai.stream()
+    a = cai.device_array(1 << 12, dtype=np.float32, stream=s)
+    gate = cai.sim.hold(s)
+    cai.ops.fill(a, 1.0, stream=s)                 # device work the unlock waits for
+    lock = cai.pinned(np.zeros(1 << 12))
+    lock.__enter__()
+    entered = threading.Event()
+
+    def end_block():
+        entered.set()
+        lock.__exit__(None, None, None)             # waits for the held stream
+
+    t = threading.Thread(target=end_block)
+    t.start()
+    entered.wait()
+    for _ in range(10 ** 6):                        # Python code: needs the GIL meanwhile
+        pass
+    gate.release()
+    t.join()
+    print("ok")
+"""
+
+
+def test_ending_a_pinned_block_waits_without_the_gil():
+    """The unlock waits for all device work; with the GIL held there, the main thread could
+    never run the Python code that releases the held stream (a hang, caught by the timeout)."""
+    from helpers import run_isolated
+    r = run_isolated(UNLOCK_WITHOUT_THE_GIL, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
