@@ -435,3 +435,35 @@ def test_ending_a_pinned_block_waits_without_the_gil():
     from helpers import run_isolated
     r = run_isolated(UNLOCK_WITHOUT_THE_GIL, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+# ----- 11. silent no-ops and lost identities -------------------------------------------------
+
+@pytest.mark.parametrize("call", [
+    lambda a: np.copyto(a, np.ones(6)),
+    lambda a: np.copyto(dst=a, src=np.ones(6)),
+    lambda a: np.put(a, [0, 1], [9.0, 9.0]),
+    lambda a: np.putmask(a, np.ones(6, bool), 9.0),
+    lambda a: np.place(a, np.ones(6, bool), [9.0]),
+    lambda a: np.fill_diagonal(a.reshape(2, 3), 9.0),
+    lambda a: np.put_along_axis(a, np.array([0]), 9.0, axis=0),
+], ids=["copyto", "copyto-keywords", "put", "putmask", "place", "fill_diagonal",
+        "put_along_axis"])
+def test_numpy_functions_that_write_in_place_are_refused(call):
+    a = cai.to_device(np.zeros(6))
+    with pytest.raises(TypeError, match="writes into a cai array in place"):
+        call(a)
+    np.testing.assert_array_equal(a.copy_to_host(), np.zeros(6))
+
+
+@pytest.mark.parametrize("make", [cai.managed_array, cai.mapped_array])
+def test_host_writes_to_managed_memory_change_the_dask_token(make):
+    pytest.importorskip("dask")
+    from dask.tokenize import tokenize
+    a = make(6, dtype=np.float64)
+    cai.ops.fill(a, 1.0)
+    host = np.asarray(a)                  # a view of the same memory
+    first = tokenize(a)
+    assert tokenize(a) == first           # deterministic while nothing writes
+    host[0] = 5.0                         # a write cai cannot see
+    assert tokenize(a) != first
