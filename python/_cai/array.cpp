@@ -568,9 +568,19 @@ bool is_callers_memory(nb::handle host, nb::handle value) {
 
 }  // namespace
 
+void refuse_host_mask(nb::handle value, const char* entry) {
+  if (!nb::isinstance(value, numpy_module().attr("ma").attr("MaskedArray"))) return;
+  throw_error(Errc::type_error,
+              std::string(entry) +
+                  ": the host data is a numpy.ma.MaskedArray, and its mask would be dropped here; "
+                  "pass .filled(value) or .data, or attach a mask on the device "
+                  "(cai.from_cuda_array_interface with a 'mask')");
+}
+
 // A host value as a C-contiguous NumPy array of v's dtype broadcast to its shape, copied in.
-void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream,
-                   bool blocking) {
+void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream, bool blocking,
+                   const char* entry) {
+  refuse_host_mask(value, entry);
   nb::object arr = numpy_module().attr("asarray")(value, numpy_dtype(dst.dtype()));
   arr = numpy_module().attr("broadcast_to")(arr, to_tuple(dst.shape()));
   nb::object host = numpy_module().attr("ascontiguousarray")(arr);
@@ -590,7 +600,7 @@ void copy_to_device_impl(PyArray& self, nb::handle obj, nb::handle stream) {
   if (is_gpu_array(obj)) {
     copy(dst, *ViewArg(obj, true, "copy_to_device()"), s);
   } else {
-    set_from_host(dst, obj, s, blocking_stream(stream));
+    set_from_host(dst, obj, s, blocking_stream(stream), "copy_to_device()");
   }
 }
 
@@ -669,6 +679,7 @@ nb::object to_device(nb::handle obj, nb::handle stream) {
     copy(dst, *src, s);
     return wrap(std::move(dst));
   }
+  refuse_host_mask(obj, "to_device()");
   nb::object arr = numpy_module().attr("asarray")(obj);
   nb::object dt = arr.attr("dtype");
   const bool fortran = !nb::cast<bool>(arr.attr("flags").attr("c_contiguous")) &&

@@ -168,8 +168,15 @@ PyArray* as_py_array(nb::handle obj, const char* entry = "DeviceNDArray");
 bool is_gpu_array(nb::handle value);
 
 /// Copies a host value (anything NumPy reads, converted to dst's dtype and broadcast to its
-/// shape) into dst on `stream`; returns once copied when `blocking`.
-void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream, bool blocking);
+/// shape) into dst on `stream`; returns once copied when `blocking`. A numpy.ma.MaskedArray
+/// is refused (refuse_host_mask).
+void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream, bool blocking,
+                   const char* entry);
+
+/// A TypeError naming `entry` when `value` is a numpy.ma.MaskedArray: a device array made or
+/// written from host data has no mask to keep it in (docs/reliability.md: masks are kept or
+/// refused, never dropped).
+void refuse_host_mask(nb::handle value, const char* entry);
 
 /// DType <-> numpy.dtype.
 DType dtype_from_numpy(nb::handle np_dtype, const char* entry);

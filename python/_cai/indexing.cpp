@@ -100,7 +100,7 @@ void setitem(PyArray& self, nb::handle key, nb::handle value) {
     fill(dst, raw.c_str(), stream);
     return;
   }
-  set_from_host(dst, value, stream, true);
+  set_from_host(dst, value, stream, true, entry);
 }
 
 }  // namespace

@@ -467,3 +467,20 @@ def test_host_writes_to_managed_memory_change_the_dask_token(make):
     assert tokenize(a) == first           # deterministic while nothing writes
     host[0] = 5.0                         # a write cai cannot see
     assert tokenize(a) != first
+
+
+MASKED = np.ma.MaskedArray([1.0, 2.0, 3.0], mask=[False, True, False])
+
+
+@pytest.mark.parametrize("call", [
+    lambda: cai.to_device(MASKED),
+    lambda: cai.to_device(MASKED, stream=cai.stream()),
+    lambda: cai.device_array(3).copy_to_device(MASKED),
+    lambda: cai.device_array(3, dtype=np.float32).copy_to_device(MASKED),
+    lambda: cai.device_array(3).__setitem__(Ellipsis, MASKED),
+    lambda: cai.device_array(3).__setitem__(1, np.ma.masked),
+], ids=["to_device", "to_device-stream", "copy_to_device", "copy_to_device-dtype", "setitem",
+        "setitem-masked-constant"])
+def test_a_numpy_mask_is_refused_not_dropped(call):
+    with pytest.raises(TypeError, match="numpy.ma.MaskedArray, and its mask would be dropped"):
+        call()
