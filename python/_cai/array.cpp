@@ -581,7 +581,18 @@ void refuse_host_mask(nb::handle value, const char* entry) {
 void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream, bool blocking,
                    const char* entry) {
   refuse_host_mask(value, entry);
-  nb::object arr = numpy_module().attr("asarray")(value, numpy_dtype(dst.dtype()));
+  // A NumPy array of the destination's own dtype is taken as it is: NumPy has no cast between
+  // some dtypes and themselves (ml_dtypes' int4, structured dtypes with bfloat16 fields).
+  nb::handle np = numpy_module();
+  bool same = false;
+  if (nb::isinstance(value, np.attr("ndarray"))) {
+    try {
+      same = dtype_from_numpy(value.attr("dtype"), entry) == dst.dtype();
+    } catch (const Error&) {
+      // A dtype cai has no DType for (objects): NumPy converts it below, or says why not.
+    }
+  }
+  nb::object arr = same ? nb::borrow(value) : np.attr("asarray")(value, numpy_dtype(dst.dtype()));
   arr = numpy_module().attr("broadcast_to")(arr, to_tuple(dst.shape()));
   nb::object host = numpy_module().attr("ascontiguousarray")(arr);
   const void* ptr = buffer_ptr(host);

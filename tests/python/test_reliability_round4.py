@@ -484,3 +484,21 @@ MASKED = np.ma.MaskedArray([1.0, 2.0, 3.0], mask=[False, True, False])
 def test_a_numpy_mask_is_refused_not_dropped(call):
     with pytest.raises(TypeError, match="numpy.ma.MaskedArray, and its mask would be dropped"):
         call()
+
+
+@pytest.mark.parametrize("dtype", ["int4", "bfloat16-field"])
+def test_an_ml_dtypes_array_takes_host_data_of_its_own_dtype_back(dtype):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if dtype == "int4":
+        host = np.arange(-3, 3).astype(ml_dtypes.int4)
+    else:
+        host = np.zeros(4, np.dtype([("x", ml_dtypes.bfloat16), ("y", np.float32)]))
+        host["x"], host["y"] = [1, 2, 3, 4], 5
+    a = cai.to_device(host)
+    again = host.copy()
+    a.copy_to_device(again)
+    a[...] = again
+    a[1:3] = again[1:3]
+    out = a.copy_to_host()
+    assert out.dtype == host.dtype
+    assert out.tobytes() == host.tobytes()
