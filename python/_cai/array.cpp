@@ -568,8 +568,18 @@ bool is_callers_memory(nb::handle host, nb::handle value) {
 
 }  // namespace
 
+void refuse_host_mask(nb::handle value, const char* entry) {
+  if (!nb::isinstance(value, numpy_module().attr("ma").attr("MaskedArray"))) return;
+  throw_error(Errc::type_error,
+              std::string(entry) +
+                  ": the host data is a numpy.ma.MaskedArray, and its mask would be dropped here; "
+                  "pass .filled(value) or .data, or attach a mask on the device "
+                  "(cai.from_cuda_array_interface with a 'mask')");
+}
+
 nb::object host_value(const char* rule, nb::handle value, nb::handle dt,
                       std::span<const std::int64_t> shape, const char* entry) {
+  refuse_host_mask(value, entry);
   return nb::module_::import_("cai._assign").attr(rule)(value, dt, to_tuple(shape), entry);
 }
 
@@ -669,6 +679,7 @@ nb::object device_array_like(nb::handle ary, nb::handle stream) {
     // and the new array goes to its device, as CuPy's empty_like does.
     const ViewArg like(ary, false, entry);
     const OperationDevice on(entry, {{"ary", like.get()}}, s);
+    const DeviceGuard there(new_array_device(*like, s));
     return wrap(View::allocate(like->dtype(), like->shape(), like->layout().is_f_only(), s),
                 a ? a->np_dtype : nb::object());
   }
@@ -713,6 +724,7 @@ nb::object to_device(nb::handle obj, nb::handle stream, bool copy_data, nb::hand
     copy(dst, *src, s);
     return wrap(std::move(dst));
   }
+  refuse_host_mask(obj, "to_device()");
   nb::object arr = numpy_module().attr("asarray")(obj);
   nb::object dt = arr.attr("dtype");
   const bool fortran = !nb::cast<bool>(arr.attr("flags").attr("c_contiguous")) &&
@@ -843,9 +855,11 @@ void bind_array(nb::module_& m) {
       "_host_register",
       [](std::uint64_t ptr, std::size_t bytes) { device::backend().host_register(ptr, bytes); },
       nb::arg("ptr"), nb::arg("nbytes"), "Page-locks host memory (cai.pinned).");
-  m.def(
-      "_host_unregister", [](std::uint64_t ptr) { device::backend().host_unregister(ptr); },
-      nb::arg("ptr"), "Undoes _host_register (cai.pinned).");
+  m.def("_host_unregister", exit_safe([](std::uint64_t ptr) {
+          NoGil nogil;  // the driver waits for all device work before it unlocks
+          device::backend().host_unregister(ptr);
+        }),
+        nb::arg("ptr"), "Undoes _host_register (cai.pinned).");
   m.def("device_array_like", exit_safe(&device_array_like), nb::arg("ary"),
         nb::arg("stream").none() = 0);
   m.def("to_device", exit_safe(&to_device), nb::arg("obj"), nb::arg("stream").none() = 0,

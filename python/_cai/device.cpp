@@ -7,6 +7,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "cai/arrays/devices.h"
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
 #include "cai/device/simulator.h"
@@ -57,6 +58,10 @@ sync::StreamRef nameable_here(sync::StreamRef s) {
 sync::StreamRef stream_or_default(const View& v) {
   if (auto s = v.sync()->stream()) return nameable_here(std::move(*s));
   return library_default_stream();
+}
+
+int new_array_device(const View& like, const sync::StreamRef& stream) {
+  return device::is_default_stream(stream.handle) ? device_of(like) : -1;
 }
 
 sync::StreamRef stream_arg(nb::handle obj, const char* entry, const sync::StreamRef& fallback) {
