@@ -72,8 +72,9 @@ ROOT=$PWD
 SELF=$ROOT/scripts/gpu-check.sh
 
 # name  group  max-seconds  min-seconds  junit ("-": none)  part. Phase 1 is the group "fast".
-# part: "q" for --quick, N for --part N, "b" for a build that every part needing it runs first.
-# The maxima of a part's steps, with its build and facts, add up to at most its budget.
+# part: "q" for --quick, N for --part N; a part runs facts and the build its steps need
+# (install, or cpp for ctest-rest) first. The maxima on a run's longest chain add up to at
+# most its budget (docs/gpu.md).
 PLAN="
 facts                 fast     30   0  -                         q
 cpp                   fast    200  60  -                         q
