@@ -251,6 +251,14 @@ DeviceProperties Backend::properties(int device) {
   return p;
 }
 
+std::pair<std::size_t, std::size_t> Backend::memory_info() {
+  BackendState& st = *state_;
+  st.current_context();
+  std::size_t free = 0, total = 0;
+  CAI_DRIVER(st, cuMemGetInfo, &free, &total);
+  return {free, total};
+}
+
 int Backend::current_device() {
   return state_->current_ordinal();
 }

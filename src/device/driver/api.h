@@ -72,6 +72,7 @@ struct CaiSimStats {
   X(cuMemAllocManaged, 6000, (CUdeviceptr* ptr, std::size_t bytes, unsigned int flags))        \
   X(cuMemFree, 3020, (CUdeviceptr ptr))                                                         \
   X(cuMemFreeHost, 2000, (void* ptr))                                                           \
+  X(cuMemGetInfo, 3020, (std::size_t* free, std::size_t* total))                                \
   X(cuMemHostRegister, 6050, (void* ptr, std::size_t bytes, unsigned int flags))               \
   X(cuMemHostUnregister, 4000, (void* ptr))                                                     \
   X(cuMemAllocAsync, 11020, (CUdeviceptr* ptr, std::size_t bytes, CUstream stream))            \

@@ -156,6 +156,18 @@ void SimDriver::give_back_locked(std::uint64_t base, const Allocation& a) {
 // ---------------------------------------------------------------------------------------------
 // Allocation.
 
+CUresult SimDriver::cuMemGetInfo(std::size_t* free, std::size_t* total) {
+  if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(mu_);
+  int device = 0;
+  if (CUresult r = need_context_locked(device)) return r;
+  // The device's address space: pages are taken from host memory only when written.
+  const DeviceHeap& heap = heap_locked(device);
+  *free = heap.free_bytes();
+  *total = heap.capacity();
+  return CUDA_SUCCESS;
+}
+
 CUresult SimDriver::cuMemAlloc(CUdeviceptr* ptr, std::size_t bytes) {
   if (ptr == nullptr || bytes == 0) return fail(CUDA_ERROR_INVALID_VALUE, "cuMemAlloc of 0 bytes");
   std::lock_guard lk(mu_);
