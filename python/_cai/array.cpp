@@ -577,24 +577,14 @@ void refuse_host_mask(nb::handle value, const char* entry) {
                   "(cai.from_cuda_array_interface with a 'mask')");
 }
 
-// A host value as a C-contiguous NumPy array of v's dtype broadcast to its shape, copied in.
-void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream, bool blocking,
-                   const char* entry) {
+nb::object host_value(const char* rule, nb::handle value, nb::handle dt,
+                      std::span<const std::int64_t> shape, const char* entry) {
   refuse_host_mask(value, entry);
-  // A NumPy array of the destination's own dtype is taken as it is: NumPy has no cast between
-  // some dtypes and themselves (ml_dtypes' int4, structured dtypes with bfloat16 fields).
-  nb::handle np = numpy_module();
-  bool same = false;
-  if (nb::isinstance(value, np.attr("ndarray"))) {
-    try {
-      same = dtype_from_numpy(value.attr("dtype"), entry) == dst.dtype();
-    } catch (const Error&) {
-      // A dtype cai has no DType for (objects): NumPy converts it below, or says why not.
-    }
-  }
-  nb::object arr = same ? nb::borrow(value) : np.attr("asarray")(value, numpy_dtype(dst.dtype()));
-  arr = numpy_module().attr("broadcast_to")(arr, to_tuple(dst.shape()));
-  nb::object host = numpy_module().attr("ascontiguousarray")(arr);
+  return nb::module_::import_("cai._assign").attr(rule)(value, dt, to_tuple(shape), entry);
+}
+
+void set_from_host(const View& dst, nb::handle host, nb::handle value,
+                   const sync::StreamRef& stream, bool blocking) {
   const void* ptr = buffer_ptr(host);
   blocking = blocking || !is_callers_memory(host, value);
   NoGil nogil;  // may wait for the copy
@@ -603,15 +593,40 @@ void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& str
 
 namespace {
 
+// Numba's check_array_compatibility for a device source: the same dtype, the same shape once
+// axes of length one are dropped. Strides may differ (cai copies any layout).
+void require_compatible(const View& dst, const View& src, nb::handle dst_dt, const char* entry) {
+  if (!(src.dtype() == dst.dtype()))
+    throw_error(Errc::type_error,
+                "incompatible dtype: " + std::string(nb::str(dst_dt).c_str()) + " vs. " +
+                    nb::str(numpy_dtype(src.dtype())).c_str() + " (" + entry +
+                    ": the array's dtype, then the source's; nothing is converted)");
+  auto squeezed = [](std::span<const std::int64_t> shape) {
+    Dims out;
+    for (const std::int64_t n : shape)
+      if (n != 1) out.push_back(n);
+    return out;
+  };
+  const Dims a = squeezed(dst.shape()), b = squeezed(src.shape());
+  if (!std::ranges::equal(a, b))
+    throw_error(Errc::value_error, "incompatible shape: " + format_dims(dst.shape()) + " vs. " +
+                                       format_dims(src.shape()) + " (" + entry +
+                                       ": the array's shape, then the source's)");
+}
+
 void copy_to_device_impl(PyArray& self, nb::handle obj, nb::handle stream) {
   const View& dst = self.view();
   const auto s = stream_arg(stream, "copy_to_device()", stream_or_default(dst));
   dst.require_writable("copy_to_device()", "the array");
   note_write();
   if (is_gpu_array(obj)) {
-    copy(dst, *ViewArg(obj, true, "copy_to_device()"), s);
+    const ViewArg src(obj, true, "copy_to_device()");
+    require_compatible(dst, *src, array_dtype(self), "copy_to_device()");
+    const bool same = std::ranges::equal(src->shape(), dst.shape());
+    copy(dst, same ? *src : src->reshape(dst.shape(), false), s);
   } else {
-    set_from_host(dst, obj, s, blocking_stream(stream), "copy_to_device()");
+    nb::object host = host_value("exact", obj, array_dtype(self), dst.shape(), "copy_to_device()");
+    set_from_host(dst, host, obj, s, blocking_stream(stream));
   }
 }
 
@@ -668,6 +683,11 @@ nb::object device_array_like(nb::handle ary, nb::handle stream) {
                 a ? a->np_dtype : nb::object());
   }
   // A host array: the new one goes to the current device.
+  if (!nb::hasattr(ary, "shape") || !nb::hasattr(ary, "dtype"))
+    throw_error(Errc::type_error,
+                "device_array_like(): ary must be an array with a shape and a dtype (a NumPy or "
+                "a GPU array), got " +
+                    type_name_of(ary) + "; for a list, use np.asarray(ary) first");
   require_stream_of_current_device(entry, s);
   nb::object shape = ary.attr("shape");
   nb::object dt = numpy_module().attr("dtype")(ary.attr("dtype"));
@@ -680,9 +700,22 @@ nb::object device_array_like(nb::handle ary, nb::handle stream) {
               dt);
 }
 
-nb::object to_device(nb::handle obj, nb::handle stream) {
+// Numba's to_device(obj, stream=0, copy=True, to=None): `to` takes the copy (copy_to_device's
+// rules); copy=False allocates without copying, or imports a GPU array as it is.
+nb::object to_device(nb::handle obj, nb::handle stream, bool copy_data, nb::handle to) {
+  if (!to.is_none()) {
+    PyArray* dst = as_py_array(to, "to_device()");
+    if (!dst)
+      throw_error(Errc::type_error,
+                  "to_device(): to must be a cai.DeviceNDArray, got " + type_name_of(to));
+    if (copy_data) copy_to_device_impl(*dst, obj, stream);
+    return nb::borrow(to);
+  }
   auto s = stream_arg(stream, "to_device()", library_default_stream());
   require_stream_of_current_device("to_device()", s);
+  if (!copy_data)
+    return is_gpu_array(obj) ? nb::module_::import_("cai._cai").attr("as_cuda_array")(obj)
+                             : device_array_like(numpy_module().attr("asarray")(obj), stream);
   if (is_gpu_array(obj)) {
     // Already on the device: a device-to-device copy, stream-ordered like any op.
     const ViewArg src(obj, true, "to_device()");
@@ -770,9 +803,11 @@ void bind_array(nb::module_& m) {
            "is queued and the call returns at once (synchronize the stream before reading), "
            "and with pageable memory it waits, as CUDA does. A masked array gives a "
            "numpy.ma.MaskedArray (masked where the array's mask is false).")
-      .def("copy_to_device", exit_safe(&copy_to_device_impl), nb::arg("obj"),
+      .def("copy_to_device", exit_safe(&copy_to_device_impl), nb::arg("ary"),
            nb::arg("stream").none() = 0,
-           "Copies a host array (anything NumPy reads) or a device array into this array.")
+           "Copies a host array (anything NumPy reads) or a device array of this array's dtype "
+           "and shape into it (axes of length one aside); a different dtype is a TypeError, a "
+           "different shape a ValueError, as in Numba: nothing is converted or broadcast.")
       .def("__repr__", &array_repr);
 
   m.def("device_array",
@@ -827,7 +862,10 @@ void bind_array(nb::module_& m) {
   m.def("device_array_like", exit_safe(&device_array_like), nb::arg("ary"),
         nb::arg("stream").none() = 0);
   m.def("to_device", exit_safe(&to_device), nb::arg("obj"), nb::arg("stream").none() = 0,
-        "Copies a host array (anything NumPy reads) to a new device array on `stream`.");
+        nb::arg("copy") = true, nb::arg("to").none() = nb::none(),
+        "Copies a host array (anything NumPy reads) to a new device array on `stream` (Numba's "
+        "signature): with `to=`, into that array by copy_to_device's rules; copy=False "
+        "allocates without copying (a GPU array is imported as it is).");
 }
 
 }  // namespace cai::python
