@@ -170,7 +170,8 @@ bool is_gpu_array(nb::handle value);
 /// A host value as a C-contiguous NumPy array of dtype `dt` and dst's shape, by one of the
 /// rules of cai._assign (docs/python.md, "No silent conversion"): "exact" (copy_to_device:
 /// Numba's same dtype and shape) or "assignable" (a[...] = value: NumPy's broadcasting, no
-/// conversion that loses values). Errors name `entry`.
+/// conversion that loses values). Errors name `entry`; a numpy.ma.MaskedArray is refused
+/// (refuse_host_mask).
 nb::object host_value(const char* rule, nb::handle value, nb::handle dt,
                       std::span<const std::int64_t> shape, const char* entry);
 

@@ -621,6 +621,22 @@ int device_number(nb::handle device) {
                 "from_dlpack(): device=" + short_repr(device) +
                     ": cai arrays live in device memory; pass a cai.Device or a device number "
                     "(numpy.from_dlpack(x, device='cpu') makes host arrays)");
+  if (PyTuple_Check(device.ptr())) {
+    // A DLPack device, as __dlpack_device__() gives it: (device type, device id).
+    const nb::tuple t = nb::borrow<nb::tuple>(device);
+    if (t.size() != 2 || !PyLong_Check(t[0].ptr()) || !PyLong_Check(t[1].ptr()))
+      throw_error(Errc::type_error, "from_dlpack(): device=" + short_repr(device) +
+                                        ": a DLPack device is a tuple (device type, device id) "
+                                        "of two ints");
+    const long type = PyLong_AsLong(t[0].ptr());
+    if (type != kDLCUDA)
+      throw_error(Errc::value_error,
+                  "from_dlpack(): device=" + short_repr(device) + ": DLPack device type " +
+                      std::to_string(type) + " is not a CUDA device (kDLCUDA, 2); cai arrays " +
+                      "live in device memory (numpy.from_dlpack(x, device='cpu') makes host " +
+                      "arrays)");
+    device = t[1];
+  }
   nb::object d = nb::module_::import_("cai._cai").attr("Device")(device);
   return nb::cast<int>(d.attr("id"));
 }

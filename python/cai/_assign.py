@@ -54,14 +54,22 @@ def assignable(value: Any, dtype: "np.dtype[Any]", shape: tuple[int, ...],
     C-contiguous array; a conversion that loses values (a fraction or an out-of-range value into
     an integer, a complex number into a real, a finite value that overflows a float) is a
     ValueError: the user casts first to accept it."""
-    src = np.asarray(value)
-    out = np.asarray(src, dtype=dtype) if src.dtype == dtype else _convert(src, dtype, where)
+    try:
+        if not _numeric(dtype):  # records, strings, dates, raw bytes: NumPy's own rules
+            out = np.asarray(value, dtype=dtype)
+        else:
+            src = np.asarray(value)
+            out = src if src.dtype == dtype else _convert(src, dtype, where)
+    except OverflowError as e:  # a Python int beyond int64 (NumPy keeps it as an object)
+        raise ValueError(f"{where}: {value!r} does not fit in {_name(dtype)} ({e})") from None
+    if shape == () and out.ndim != 0:
+        raise TypeError(f"{where} must be a scalar, got an array of shape {out.shape}")
     return np.ascontiguousarray(np.broadcast_to(out, shape))
 
 
 def _convert(src: Any, dtype: "np.dtype[Any]", where: str) -> Any:
-    if not (_numeric(src.dtype) and _numeric(dtype)):
-        return np.asarray(src, dtype=dtype)  # strings, dates, records: NumPy's own rules
+    if not _numeric(src.dtype):
+        return np.asarray(src, dtype=dtype)  # strings, objects into numbers: NumPy's rules
     import warnings
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):

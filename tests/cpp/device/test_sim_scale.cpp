@@ -320,7 +320,7 @@ TEST_F(SimScaleTest, closing_one_of_two_opens_leaves_the_mapping_in_use) {
     mine->stream_synchronize(s);
     if (!in_use) return 2;
     if (mine->pointer_info(p).kind != MemoryKind::device) return 3;  // after the close ran
-    mine->memset_async(p, 0x33, 16, s);  // still mapped: usable
+    mine->memset_async(p, 0x33, 16, s);                              // still mapped: usable
     mine->stream_synchronize(s);
     mine->ipc_close_memory(p);  // the last
     if (mine->pointer_info(p).kind != MemoryKind::unregistered) return 4;
