@@ -395,13 +395,12 @@ const void* buffer_ptr(nb::handle arr) {
 }
 
 // Numba's rule: stream=0 (the default) copies synchronously; a stream queues the copy, which
-// returns at once when the host memory is page-locked.
+// returns at once when the host memory is page-locked. 0 is read under the integer policy
+// (np.int64(0) and np.array(0) are 0 too); the caller read `stream` with stream_arg first.
 bool blocking_stream(nb::handle stream) {
   if (stream.is_none()) return true;
-  if (!PyLong_CheckExact(stream.ptr())) return false;
-  const long v = PyLong_AsLong(stream.ptr());
-  if (v == -1 && PyErr_Occurred()) PyErr_Clear();
-  return v == 0;
+  if (PyStream * s; nb::try_cast<PyStream*>(stream, s) && s) return false;
+  return is_integer(stream) && read_uint64(stream, "stream", "an int") == 0;
 }
 
 // The values of v (not its mask) in a NumPy array: a new one, or `ary`; waits for the copy
@@ -553,13 +552,41 @@ bool is_gpu_array(nb::handle value) {
   return type == kDLCUDA || type == kDLCUDAHost || type == kDLCUDAManaged;
 }
 
+namespace {
+
+// Whether `host` (the contiguous array a copy reads) is memory of the caller's NumPy array
+// `value`, rather than a temporary cai made (a conversion, a contiguous copy). A queued copy
+// from a temporary would read it after it is freed (its pages may be locked by cai.pinned),
+// so only the caller's own memory is copied without waiting. Live arrays never overlap, so
+// NumPy's bounds check tells them apart.
+bool is_callers_memory(nb::handle host, nb::handle value) {
+  if (host.is(value)) return true;
+  nb::handle np = numpy_module();
+  return nb::isinstance(value, np.attr("ndarray")) &&
+         nb::cast<bool>(np.attr("may_share_memory")(host, value));
+}
+
+}  // namespace
+
+void refuse_host_mask(nb::handle value, const char* entry) {
+  if (!nb::isinstance(value, numpy_module().attr("ma").attr("MaskedArray"))) return;
+  throw_error(Errc::type_error,
+              std::string(entry) +
+                  ": the host data is a numpy.ma.MaskedArray, and its mask would be dropped here; "
+                  "pass .filled(value) or .data, or attach a mask on the device "
+                  "(cai.from_cuda_array_interface with a 'mask')");
+}
+
 nb::object host_value(const char* rule, nb::handle value, nb::handle dt,
                       std::span<const std::int64_t> shape, const char* entry) {
+  refuse_host_mask(value, entry);
   return nb::module_::import_("cai._assign").attr(rule)(value, dt, to_tuple(shape), entry);
 }
 
-void set_from_host(const View& dst, nb::handle host, const sync::StreamRef& stream, bool blocking) {
+void set_from_host(const View& dst, nb::handle host, nb::handle value,
+                   const sync::StreamRef& stream, bool blocking) {
   const void* ptr = buffer_ptr(host);
+  blocking = blocking || !is_callers_memory(host, value);
   NoGil nogil;  // may wait for the copy
   copy_from_host(dst, ptr, stream, blocking);
 }
@@ -599,7 +626,7 @@ void copy_to_device_impl(PyArray& self, nb::handle obj, nb::handle stream) {
     copy(dst, same ? *src : src->reshape(dst.shape(), false), s);
   } else {
     nb::object host = host_value("exact", obj, array_dtype(self), dst.shape(), "copy_to_device()");
-    set_from_host(dst, host, s, blocking_stream(stream));
+    set_from_host(dst, host, obj, s, blocking_stream(stream));
   }
 }
 
@@ -624,13 +651,7 @@ View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle 
     throw_error(Errc::value_error,
                 "device_array(): strides make elements overlap; each element "
                 "must have its own bytes");
-  const auto ext = layout.extent();
-  if (layout.size() == 0)
-    return View(0, std::move(dtype), std::move(layout), false, sync::SyncState::idle(stream), {});
-  auto buffer = std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(ext.hi - ext.lo));
-  const std::uint64_t ptr = buffer->ptr() - static_cast<std::uint64_t>(ext.lo);
-  return View(ptr, std::move(dtype), std::move(layout), false, sync::SyncState::idle(stream),
-              std::move(buffer));
+  return View::allocate(std::move(dtype), std::move(layout), stream, kind);
 }
 
 // device_array, managed_array and mapped_array: Numba's signatures, one memory kind each.
@@ -657,6 +678,7 @@ nb::object device_array_like(nb::handle ary, nb::handle stream) {
     // and the new array goes to its device, as CuPy's empty_like does.
     const ViewArg like(ary, false, entry);
     const OperationDevice on(entry, {{"ary", like.get()}}, s);
+    const DeviceGuard there(new_array_device(*like, s));
     return wrap(View::allocate(like->dtype(), like->shape(), like->layout().is_f_only(), s),
                 a ? a->np_dtype : nb::object());
   }
@@ -701,6 +723,7 @@ nb::object to_device(nb::handle obj, nb::handle stream, bool copy_data, nb::hand
     copy(dst, *src, s);
     return wrap(std::move(dst));
   }
+  refuse_host_mask(obj, "to_device()");
   nb::object arr = numpy_module().attr("asarray")(obj);
   nb::object dt = arr.attr("dtype");
   const bool fortran = !nb::cast<bool>(arr.attr("flags").attr("c_contiguous")) &&
@@ -711,9 +734,10 @@ nb::object to_device(nb::handle obj, nb::handle stream, bool copy_data, nb::hand
   nb::object host =
       numpy_module().attr("ascontiguousarray")(fortran ? nb::object(arr.attr("T")) : arr);
   const void* ptr = buffer_ptr(host);
+  const bool blocking = blocking_stream(stream) || !is_callers_memory(host, obj);
   {
     NoGil nogil;
-    copy_from_host(fortran ? v.transpose() : v, ptr, s, blocking_stream(stream));
+    copy_from_host(fortran ? v.transpose() : v, ptr, s, blocking);
   }
   return wrap(std::move(v), dt);
 }
@@ -830,9 +854,11 @@ void bind_array(nb::module_& m) {
       "_host_register",
       [](std::uint64_t ptr, std::size_t bytes) { device::backend().host_register(ptr, bytes); },
       nb::arg("ptr"), nb::arg("nbytes"), "Page-locks host memory (cai.pinned).");
-  m.def(
-      "_host_unregister", [](std::uint64_t ptr) { device::backend().host_unregister(ptr); },
-      nb::arg("ptr"), "Undoes _host_register (cai.pinned).");
+  m.def("_host_unregister", exit_safe([](std::uint64_t ptr) {
+          NoGil nogil;  // the driver waits for all device work before it unlocks
+          device::backend().host_unregister(ptr);
+        }),
+        nb::arg("ptr"), "Undoes _host_register (cai.pinned).");
   m.def("device_array_like", exit_safe(&device_array_like), nb::arg("ary"),
         nb::arg("stream").none() = 0);
   m.def("to_device", exit_safe(&to_device), nb::arg("obj"), nb::arg("stream").none() = 0,

@@ -170,12 +170,20 @@ bool is_gpu_array(nb::handle value);
 /// A host value as a C-contiguous NumPy array of dtype `dt` and dst's shape, by one of the
 /// rules of cai._assign (docs/python.md, "No silent conversion"): "exact" (copy_to_device:
 /// Numba's same dtype and shape) or "assignable" (a[...] = value: NumPy's broadcasting, no
-/// conversion that loses values). Errors name `entry`.
+/// conversion that loses values). Errors name `entry`; a numpy.ma.MaskedArray is refused
+/// (refuse_host_mask).
 nb::object host_value(const char* rule, nb::handle value, nb::handle dt,
                       std::span<const std::int64_t> shape, const char* entry);
 
-/// Copies `host` (from host_value) into dst on `stream`; returns once copied when `blocking`.
-void set_from_host(const View& dst, nb::handle host, const sync::StreamRef& stream, bool blocking);
+/// Copies `host` (from host_value of the caller's `value`) into dst on `stream`; returns once
+/// copied when `blocking`, or when `host` is a temporary cai made rather than `value`'s memory.
+void set_from_host(const View& dst, nb::handle host, nb::handle value,
+                   const sync::StreamRef& stream, bool blocking);
+
+/// A TypeError naming `entry` when `value` is a numpy.ma.MaskedArray: a device array made or
+/// written from host data has no mask to keep it in (docs/reliability.md: masks are kept or
+/// refused, never dropped).
+void refuse_host_mask(nb::handle value, const char* entry);
 
 /// DType <-> numpy.dtype.
 DType dtype_from_numpy(nb::handle np_dtype, const char* entry);

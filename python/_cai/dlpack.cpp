@@ -375,9 +375,18 @@ PyArray& exchanged(void* py_object) {
   return *a;
 }
 
+// The no-sync exports promise data ready in order on current_work_stream (the legacy default
+// stream): pending work on the array's own stream (a non-blocking one, another thread's per-
+// thread default stream, an import's event) is ordered before it here, as __dlpack__ orders it
+// before a consumer's stream. Nothing pending: nothing to do, no driver call.
+void order_before_work_stream(PyArray& a) {
+  if (a.has_work()) a.view().sync()->order_before(device::backend(), library_default_stream());
+}
+
 int api_from_py_object(void* py_object, DLManagedTensorVersioned** out) {
   return guarded([&] {
     PyArray& a = exchanged(py_object);
+    order_before_work_stream(a);
     if (a.masked())
       throw_error(Errc::buffer_error,
                   "dlpack exchange API: the array is masked, and a DLPack tensor cannot carry a "
@@ -398,6 +407,7 @@ int api_to_py_object(DLManagedTensorVersioned* tensor, void** out_py_object) {
 int api_dltensor_from_py_object(void* py_object, DLTensor* out) {
   return guarded([&] {
     PyArray& a = exchanged(py_object);
+    order_before_work_stream(a);
     if (!a.readonly()) note_write();
     constexpr const char* entry = "dlpack exchange API";
     fill_dltensor(a.ptr(), dlpack_dtype_of(a, entry), a.shape(), element_strides_of(a, entry),

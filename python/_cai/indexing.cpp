@@ -100,8 +100,8 @@ void setitem(PyArray& self, nb::handle key, nb::handle value) {
     fill(dst, raw.c_str(), stream);
     return;
   }
-  set_from_host(dst, host_value("assignable", value, array_dtype(self), dst.shape(), entry), stream,
-                true);
+  set_from_host(dst, host_value("assignable", value, array_dtype(self), dst.shape(), entry), value,
+                stream, true);
 }
 
 }  // namespace

@@ -184,6 +184,7 @@ nb::object copy_array(PyArray& self, nb::handle order, nb::handle stream) {
   // The new array lives on the source's device, as copy.copy(a) (docs/scale-out.md); a
   // stream of another device is a ValueError naming both.
   const OperationDevice on("copy()", {{"the array", &v}}, s);
+  const DeviceGuard there(new_array_device(v, s));
   View data =
       v.mask() ? View(v.ptr(), v.dtype(), v.layout(), v.readonly(), v.sync(), v.owner()) : v;
   View out;

@@ -155,6 +155,19 @@ def _holds_device_array(value: Any) -> bool:
 
 _on_device: dict[Callable[..., Any], Callable[..., DeviceNDArray]] = {}
 
+# NumPy functions that write into an argument in place (its name by function): on the host
+# copy a cai array would get, the write would change nothing, silently. Refused, as out= is.
+_WRITES_INTO = {"copyto": "dst", "put": "a", "putmask": "a", "place": "arr",
+                "fill_diagonal": "a", "put_along_axis": "arr"}
+
+
+def _written_argument(func: Callable[..., Any], args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Any:
+    name = _WRITES_INTO.get(getattr(func, "__name__", ""))
+    if name is None or not getattr(func, "__module__", "").startswith("numpy"):
+        return None
+    return args[0] if args else kwargs.get(name)
+
 
 class HostFallbackWarning(UserWarning):
     """A NumPy function or ufunc took cai arrays as host copies and computed on the host."""
@@ -191,6 +204,11 @@ def _array_function(self: DeviceNDArray, func: Callable[..., Any], types: Sequen
         return device(*args, **kwargs)
     if not all(issubclass(t, (DeviceNDArray, np.ndarray)) for t in types):
         return NotImplemented  # another library's arrays: theirs to handle
+    if isinstance(_written_argument(func, args, kwargs), DeviceNDArray):
+        raise TypeError(f"numpy.{func.__name__}(): writes into a cai array in place, but NumPy "
+                        "computes on a host copy, which would leave the array unchanged; write "
+                        "on the device (a[...] = value, cai.ops.copy) or on a host copy "
+                        "(copy_to_host) and copy it back (copy_to_device)")
     if _holds_device_array(kwargs.get("out")):
         raise TypeError(f"numpy.{func.__name__}(): out= is a cai array, but NumPy computes on the "
                         "host; copy the result with copy_to_device()")

@@ -1,5 +1,7 @@
 // The backend's streams, events and host functions.
 
+#include <cstdio>
+#include <exception>
 #include <memory>
 #include <string>
 
@@ -28,6 +30,7 @@ void Backend::stream_destroy(StreamHandle s) {
     throw_error(Errc::value_error,
                 std::string(where) + ": the default streams (1, 2) cannot be destroyed");
   }
+  state_->current_context();
   CAI_DRIVER(*state_, cuStreamDestroy, stream);
 }
 
@@ -35,14 +38,14 @@ void Backend::stream_synchronize(StreamHandle s) {
   BackendState& st = *state_;
   st.counts.stream_synchronize.bump();
   CUstream stream = to_stream(s, "stream_synchronize()");
-  if (is_default_stream(s)) st.current_context();
+  st.current_context();  // the driver needs one, whatever the stream
   CAI_DRIVER(st, cuStreamSynchronize, stream);
 }
 
 bool Backend::stream_query(StreamHandle s) {
   BackendState& st = *state_;
   CUstream stream = to_stream(s, "stream_query()");
-  if (is_default_stream(s)) st.current_context();
+  st.current_context();  // the driver needs one, whatever the stream
   const CUresult r = st.api.cuStreamQuery(stream);
   if (r == CUDA_ERROR_NOT_READY) return false;
   st.check(r, "cuStreamQuery");
@@ -59,13 +62,22 @@ int Backend::stream_device(StreamHandle s) {
 void Backend::launch_host_func(StreamHandle s, std::function<void()> fn) {
   BackendState& st = *state_;
   CUstream stream = to_stream(s, "launch_host_func()");
-  if (is_default_stream(s)) st.current_context();
+  st.current_context();  // the driver needs one, whatever the stream
   auto* owned = new std::function<void()>(std::move(fn));
   const CUresult r = st.api.cuLaunchHostFunc(
       stream,
-      [](void* user) {
+      [](void* user) noexcept {
         std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(user));
-        (*f)();
+        // Nothing may escape to the driver's thread (std::terminate there), and nobody waits
+        // for this call to report to: the error goes to stderr.
+        try {
+          (*f)();
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "cai: a host function (launch_host_func) threw: %s; ignored\n",
+                       e.what());
+        } catch (...) {
+          std::fputs("cai: a host function (launch_host_func) threw; ignored\n", stderr);
+        }
       },
       owned);
   if (r != CUDA_SUCCESS) {
@@ -84,6 +96,7 @@ EventHandle Backend::event_create(bool timing) {
 }
 
 void Backend::event_destroy(EventHandle e) {
+  state_->current_context();
   CAI_DRIVER(*state_, cuEventDestroy, to_event(e, "event_destroy()"));
 }
 
@@ -93,7 +106,7 @@ void Backend::event_record(EventHandle e, StreamHandle s) {
   constexpr std::string_view where = "event_record()";
   CUevent event = to_event(e, where);
   CUstream stream = to_stream(s, where);
-  if (is_default_stream(s)) st.current_context();
+  st.current_context();  // the driver needs one, whatever the stream
   CAI_DRIVER(st, cuEventRecord, event, stream);
 }
 
@@ -103,16 +116,18 @@ void Backend::stream_wait_event(StreamHandle s, EventHandle e) {
   constexpr std::string_view where = "stream_wait_event()";
   CUstream stream = to_stream(s, where);
   CUevent event = to_event(e, where);
-  if (is_default_stream(s)) st.current_context();
+  st.current_context();  // the driver needs one, whatever the stream
   CAI_DRIVER(st, cuStreamWaitEvent, stream, event, 0);
 }
 
 void Backend::event_synchronize(EventHandle e) {
+  state_->current_context();
   CAI_DRIVER(*state_, cuEventSynchronize, to_event(e, "event_synchronize()"));
 }
 
 bool Backend::event_query(EventHandle e) {
   BackendState& st = *state_;
+  st.current_context();
   const CUresult r = st.api.cuEventQuery(to_event(e, "event_query()"));
   if (r == CUDA_ERROR_NOT_READY) return false;
   st.check(r, "cuEventQuery");
@@ -122,6 +137,7 @@ bool Backend::event_query(EventHandle e) {
 float Backend::event_elapsed_ms(EventHandle start, EventHandle end) {
   constexpr std::string_view where = "event_elapsed_ms()";
   float ms = 0;
+  state_->current_context();
   CAI_DRIVER(*state_, cuEventElapsedTime, &ms, to_event(start, where), to_event(end, where));
   return ms;
 }

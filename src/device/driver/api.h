@@ -171,6 +171,9 @@ struct Driver {
   bool ok = false;    ///< usable; else `error` says why
   std::string error;  ///< why not, ending with how to use the simulator
   int version = 0;    ///< cuDriverGetVersion, e.g. 12040
+  /// cuInit succeeded: from then on a forked child cannot use the driver (even when loading
+  /// failed later).
+  bool initialised = false;
   std::vector<CUdevice> devices;
   DriverApi api;
   /// The simulator's own table when `simulated`.

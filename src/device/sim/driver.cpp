@@ -39,6 +39,38 @@ enum Entry : std::size_t {
 };
 static_assert(k_entry_count == driver_entry_count + sim_entry_count);
 
+// Whether an entry needs a current context: the driver documents CUDA_ERROR_INVALID_CONTEXT for
+// every entry but these (initialisation, errors, devices, primary contexts and the context
+// stack; cuCtxPopCurrent fails by itself on an empty stack). Of the simulator's own entries,
+// those that queue work on a stream or allocate need one, as cuLaunchHostFunc and cuMemAlloc do.
+constexpr bool needs_context(std::size_t index) {
+  switch (index) {
+    case k_cuGetErrorName:
+    case k_cuGetErrorString:
+    case k_cuInit:
+    case k_cuDriverGetVersion:
+    case k_cuDeviceGet:
+    case k_cuDeviceGetCount:
+    case k_cuDeviceGetName:
+    case k_cuDeviceGetAttribute:
+    case k_cuDeviceTotalMem:
+    case k_cuDeviceGetUuid:
+    case k_cuDevicePrimaryCtxRetain:
+    case k_cuCtxGetCurrent:
+    case k_cuCtxSetCurrent:
+    case k_cuCtxPushCurrent:
+    case k_cuCtxPopCurrent:
+      return false;
+    case k_caiSimDelay:
+    case k_caiSimLaunchHostTask:
+    case k_caiSimMemAllocChunked:
+    case k_caiSimMemFreeChunked:
+      return true;
+    default:
+      return index < driver_entry_count;
+  }
+}
+
 CUresult code_of(Errc e) {
   switch (e) {
     case Errc::race:
@@ -61,6 +93,9 @@ struct Trampoline<CUresult (SimDriver::*)(A...)> {
     if (Index != k_caiSimGetErrorDetail) t_detail.clear();
     if (const CUresult r = d->enter(Index); r != CUDA_SUCCESS) return r;
     try {
+      if constexpr (needs_context(Index)) {
+        if (const CUresult r = d->require_context(Index); r != CUDA_SUCCESS) return r;
+      }
       if (d->timing()) {  // the driver's own time, for benchmarks (caiSimTimeCalls)
         const auto start = std::chrono::steady_clock::now();
         const CUresult r = (d->*M)(a...);
@@ -557,6 +592,17 @@ CUresult SimDriver::need_context_locked(int& device) {
     return fail(CUDA_ERROR_INVALID_CONTEXT,
                 "no current context on this thread (cuCtxSetCurrent or cuCtxPushCurrent first)");
   return CUDA_SUCCESS;
+}
+
+CUresult SimDriver::require_context(std::size_t index) {
+  std::lock_guard lk(mu_);
+  if (current_locked() >= 0) return CUDA_SUCCESS;
+  return fail(
+      CUDA_ERROR_INVALID_CONTEXT,
+      std::string(index < driver_entry_count ? driver_entry_names[index]
+                                             : sim_entry_names[index - driver_entry_count]) +
+          " needs a current context; this thread has none (cuCtxSetCurrent or "
+          "cuCtxPushCurrent first)");
 }
 
 CUresult SimDriver::cuCtxGetCurrent(CUcontext* context) {
