@@ -373,3 +373,16 @@ def test_device_array_like_of_a_list_names_the_function():
     with pytest.raises(TypeError, match=r"device_array_like\(\): ary must be an array .* got "
                                         r"list; for a list, use np.asarray\(ary\) first"):
         cai.device_array_like([1, 2])
+
+
+def test_an_external_stream_its_owner_destroyed_is_named_as_undefined():
+    owner = cai.stream()
+    ext = cai.external_stream(owner.handle)  # does not keep `owner` alive, as Numba's
+    del owner
+    import gc
+
+    gc.collect()
+    with pytest.raises(cai.DeviceError, match=r"never created, or destroyed\); undefined on a "
+                                              r"real driver: a stream handle must be live"):
+        cai.ops.fill(cai.device_array(4), 1.0, stream=ext)
+        ext.synchronize()
