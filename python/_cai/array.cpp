@@ -584,8 +584,7 @@ nb::object host_value(const char* rule, nb::handle value, nb::handle dt,
 }
 
 void set_from_host(const View& dst, nb::handle host, nb::handle value,
-                   const sync::StreamRef& stream,
-                   bool blocking) {
+                   const sync::StreamRef& stream, bool blocking) {
   const void* ptr = buffer_ptr(host);
   blocking = blocking || !is_callers_memory(host, value);
   NoGil nogil;  // may wait for the copy
@@ -707,8 +706,8 @@ nb::object to_device(nb::handle obj, nb::handle stream, bool copy_data, nb::hand
   if (!to.is_none()) {
     PyArray* dst = as_py_array(to, "to_device()");
     if (!dst)
-      throw_error(Errc::type_error, "to_device(): to must be a cai.DeviceNDArray, got " +
-                                        type_name_of(to));
+      throw_error(Errc::type_error,
+                  "to_device(): to must be a cai.DeviceNDArray, got " + type_name_of(to));
     if (copy_data) copy_to_device_impl(*dst, obj, stream);
     return nb::borrow(to);
   }

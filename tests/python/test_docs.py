@@ -11,8 +11,11 @@ checked accordingly:
                 cai names looked up, and the literal dtypes of the arrays given to one
                 cai.ops call compared
   sh run        run with bash -e from the repository root, on the simulator
-  sh            shown, not run (builds, long benchmarks, GPU machines); every shell block
-                names the interpreter it runs Python with (.venv/bin/python), checked statically
+  sh gpu, sh network, sh long, sh example
+                not run, because they need a GPU, the network, minutes (builds, benchmarks,
+                the whole suite) or a program of the reader's: parsed by `bash -n`. A plain
+                `sh` block is refused: every shell block is run or says why not. Every shell
+                block names the interpreter it runs Python with (.venv/bin/python)
   c, cpp, cuda  compiled by test_cpp_package.py (every C/C++/CUDA block of these files)
   cmake, text, and blocks without an info string: output and listings, not run
 
@@ -32,7 +35,10 @@ import pytest
 import extensions
 
 ROOT = extensions.ROOT
-KINDS = {"python", "python gpu", "sh run", "sh", "c", "cpp", "cuda", "cmake", "text", ""}
+# Shell blocks are run (`sh run`) or say why not: they need a GPU, the network, minutes (builds,
+# benchmarks, the whole suite) or a program of the reader's; those are checked statically.
+SH_MARKED = {"sh gpu", "sh network", "sh long", "sh example"}
+KINDS = {"python", "python gpu", "sh run", *SH_MARKED, "c", "cpp", "cuda", "cmake", "text", ""}
 FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
 MPI_LINE = "# run: mpiexec -n 2\n"
 
@@ -227,7 +233,7 @@ def test_shell_blocks_name_their_interpreter():
     bare = []
     for path in doc_files():
         for line, info, code in blocks(path):
-            if info not in ("sh", "sh run"):
+            if info not in SH_MARKED | {"sh run"}:
                 continue
             for i, text in enumerate(code.splitlines()):
                 command = text.split("#", 1)[0]
@@ -236,6 +242,12 @@ def test_shell_blocks_name_their_interpreter():
     assert bare == [], "shell lines that run `python` without saying which (.venv/bin/python)"
     assert BARE_PYTHON.search("x=$(python -m cai --cmake-dir)")
     assert not BARE_PYTHON.search(".venv/bin/python -m cai; python-config --help")
+
+
+@pytest.mark.parametrize("code", list(all_blocks(SH_MARKED)))
+def test_shell_blocks_that_do_not_run_here_parse(code):
+    r = subprocess.run(["bash", "-n", "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"{code}\n--- bash -n\n{r.stderr}"
 
 
 def test_collector_classifies_blocks(tmp_path):

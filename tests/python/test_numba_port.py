@@ -352,3 +352,37 @@ def test_host_fallback_switch_from_the_environment():
                        env=os.environ | {"CAI_HOST_FALLBACK": "0"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "refused"]
+
+
+# ----- errors that name the function, the argument and the dtype ------------------------------
+
+def test_from_dlpack_takes_a_dlpack_device_tuple():
+    a = cai.to_device(np.arange(3.0))
+    b = cai.from_dlpack(a, device=a.__dlpack_device__())
+    assert b.ptr == a.ptr
+    c = cai.from_dlpack(a, device=(2, 0), copy=True)
+    assert c.ptr != a.ptr and c.copy_to_host().tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match=r"from_dlpack\(\): device=\(1, 0\): DLPack device type 1 "
+                                         r"is not a CUDA device"):
+        cai.from_dlpack(a, device=(1, 0))
+    with pytest.raises(TypeError, match=r"from_dlpack\(\): device=\(2,\): a DLPack device"):
+        cai.from_dlpack(a, device=(2,))
+
+
+def test_device_array_like_of_a_list_names_the_function():
+    with pytest.raises(TypeError, match=r"device_array_like\(\): ary must be an array .* got "
+                                        r"list; for a list, use np.asarray\(ary\) first"):
+        cai.device_array_like([1, 2])
+
+
+def test_an_external_stream_its_owner_destroyed_is_named_as_undefined():
+    owner = cai.stream()
+    ext = cai.external_stream(owner.handle)  # does not keep `owner` alive, as Numba's
+    del owner
+    import gc
+
+    gc.collect()
+    with pytest.raises(cai.DeviceError, match=r"never created, or destroyed\); undefined on a "
+                                              r"real driver: a stream handle must be live"):
+        cai.ops.fill(cai.device_array(4), 1.0, stream=ext)
+        ext.synchronize()
