@@ -580,7 +580,15 @@ void refuse_host_mask(nb::handle value, const char* entry) {
 nb::object host_value(const char* rule, nb::handle value, nb::handle dt,
                       std::span<const std::int64_t> shape, const char* entry) {
   refuse_host_mask(value, entry);
-  return nb::module_::import_("cai._assign").attr(rule)(value, dt, to_tuple(shape), entry);
+  // Kept from the first call, as numpy_module() is: finalizers that write arrays at exit run
+  // when the import system is gone.
+  static PyObject* assign = nullptr;
+  if (!assign) {
+    PyObject* m = PyImport_ImportModule("cai._assign");
+    if (!m) throw nb::python_error();
+    if (assign) Py_DECREF(m); else assign = m;
+  }
+  return nb::handle(assign).attr(rule)(value, dt, to_tuple(shape), entry);
 }
 
 void set_from_host(const View& dst, nb::handle host, nb::handle value,

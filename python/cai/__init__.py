@@ -78,6 +78,7 @@ from ._numba_api import (  # Numba's host API (docs/python.md, "Numba's host API
 )
 from . import _scaleout  # pickling, Dask registrations (lazily), IPC exit warning
 from . import _numpy_api  # __array_function__ (np.concatenate on the device), __iter__
+from . import _assign  # what host data may go into arrays; loaded now, used by finalizers at exit
 from ._numpy_api import HostFallbackWarning
 from . import typing  # the protocols of cai's parameters (cai.typing.DeviceArrayLike, ...)
 from .typing import array as array  # extension modules' parameters, in stubs

@@ -14,7 +14,7 @@ Without these, distributed would pickle arrays (which also works: a host copy).
 
 import math
 import reprlib
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, cast
 
 import numpy as np
 from distributed.protocol.cuda import cuda_deserialize, cuda_serialize
@@ -48,8 +48,9 @@ def _is_ml(dtype: "np.dtype[Any]") -> bool:
 def _ml_fields(dtype: "np.dtype[Any]", prefix: tuple[str, ...] = ()) -> list[Any]:
     """[field path, type name] of each field (nested ones too) of an ml_dtypes type."""
     found: list[Any] = []
+    fields: Any = dtype.fields or {}
     for name in dtype.names or ():
-        base = dtype.fields[name][0].base
+        base = fields[name][0].base
         if _is_ml(base):
             found.append([list(prefix + (name,)), base.name])
         elif base.names is not None:
@@ -139,9 +140,10 @@ def _typed_fields(dtype: "np.dtype[Any]", fields: Any, family: str,
 
 def _retyped(dtype: "np.dtype[Any]", where: tuple[str, ...], typed: "np.dtype[Any]",
              fail: Any) -> "np.dtype[Any]":
-    if dtype.names is None or where[0] not in dtype.names:
+    fields = dtype.fields
+    if fields is None or dtype.names is None or where[0] not in dtype.names:
         raise fail()
-    field = dtype.fields[where[0]][0]
+    field = fields[where[0]][0]
     base = field.base
     if len(where) == 1:
         if base.kind != "V" or base.names is not None or base.itemsize != typed.itemsize:
@@ -151,9 +153,10 @@ def _retyped(dtype: "np.dtype[Any]", where: tuple[str, ...], typed: "np.dtype[An
         new = _retyped(base, where[1:], typed, fail)
     names = list(dtype.names)
     formats = [(np.dtype((new, field.shape)) if field.shape else new) if n == where[0]
-               else dtype.fields[n][0] for n in names]
-    return np.dtype({"names": names, "formats": formats,
-                     "offsets": [dtype.fields[n][1] for n in names], "itemsize": dtype.itemsize})
+               else fields[n][0] for n in names]
+    spec: Any = {"names": names, "formats": formats,
+                 "offsets": [fields[n][1] for n in names], "itemsize": dtype.itemsize}
+    return cast("np.dtype[Any]", np.dtype(spec))
 
 
 def _ml_dtype(name: Any, family: str, path: str) -> "np.dtype[Any]":

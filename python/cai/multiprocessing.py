@@ -20,7 +20,7 @@ from multiprocessing import *  # noqa: F401,F403  (the same API, as torch.multip
 from multiprocessing import context as _context
 from multiprocessing.reduction import ForkingPickler as _ForkingPickler
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from ._cai import DeviceNDArray as _DeviceNDArray
 from ._cai import IpcHandle as _IpcHandle
@@ -70,7 +70,7 @@ def _reduce_shared(arr: _DeviceNDArray) -> tuple[Callable[..., _DeviceNDArray], 
     if not _shareable(arr):
         # Managed or mapped memory travels by copy, as pickling sends arrays: refused in the
         # queue's feeder thread, it would be dropped there and the receiver would wait forever.
-        return arr.__reduce_ex__(4)
+        return cast("tuple[Callable[..., _DeviceNDArray], tuple[Any, ...]]", arr.__reduce_ex__(4))
     return (_open_shared, (arr.get_ipc_handle(),))
 
 
