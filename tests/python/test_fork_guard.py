@@ -1,6 +1,6 @@
 """A child forked after cai initialised a driver is told to use spawn (issue 27, item 1j):
-the driver probe (cai._cai.cuda_available, which cai.info and `python -m cai info` use, and
-cai._cai._cuda_info) runs libcuda.so.1's cuInit, after which
+the driver probes behind cai.info (cai._cai.cuda_available, cai._cai._cuda_info) run
+libcuda.so.1's cuInit, after which
 a forked child cannot use the driver, as after cai's own backend. Without a GPU here, a stand-in
 libcuda.so.1 whose cuInit succeeds (and which then has no entry points) plays the driver."""
 
