@@ -79,6 +79,7 @@ from ._numba_api import (  # Numba's host API (docs/python.md, "Numba's host API
 from . import _scaleout  # pickling, Dask registrations (lazily), IPC exit warning
 from . import _numpy_api  # __array_function__ (np.concatenate on the device), __iter__
 from ._numpy_api import HostFallbackWarning
+from . import _assign  # imported by the C++ side on use; loaded here, so that it works at exit
 from . import typing  # the protocols of cai's parameters (cai.typing.DeviceArrayLike, ...)
 from .typing import array as array  # extension modules' parameters, in stubs
 

@@ -1,5 +1,5 @@
 """A child forked after cai initialised a driver is told to use spawn (issue 27, item 1j):
-cai.cuda_available() and cai.info (cai._cai._cuda_info) run libcuda.so.1's cuInit, after which
+cai._cai.cuda_available() and cai.info (cai._cai._cuda_info) run libcuda.so.1's cuInit, after which
 a forked child cannot use the driver, as after cai's own backend. Without a GPU here, a stand-in
 libcuda.so.1 whose cuInit succeeds (and which then has no entry points) plays the driver."""
 
@@ -53,7 +53,7 @@ def fake_driver_dir(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("probe", ["assert cai.cuda_available() is False",
+@pytest.mark.parametrize("probe", ["assert cai._cai.cuda_available() is False",
                                    "assert cai._cai._cuda_info()['driver_loaded'] is False"])
 def test_a_fork_after_the_driver_probe_gets_the_fork_message(fake_driver_dir, probe):
     r = run_isolated(CHILD.format(probe=probe), timeout=120,
@@ -73,7 +73,7 @@ def test_a_probe_that_ran_no_cuinit_arms_nothing():
             raise SystemExit(0)
         except OSError:
             pass
-        assert cai.cuda_available() is False
+        assert cai._cai.cuda_available() is False
         pid = os.fork()
         if pid == 0:
             os._exit(0 if cai.to_device(np.arange(4.0)).copy_to_host().tolist() == [0, 1, 2, 3]
