@@ -182,7 +182,7 @@ void set_from_host(const View& dst, nb::handle host, nb::handle value,
 
 /// A TypeError naming `entry` when `value` is a numpy.ma.MaskedArray: a device array made or
 /// written from host data has no mask to keep it in (docs/reliability.md: masks are kept or
-/// refused, never dropped).
+/// refused, never dropped). host_value calls it.
 void refuse_host_mask(nb::handle value, const char* entry);
 
 /// DType <-> numpy.dtype.

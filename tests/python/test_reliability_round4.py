@@ -60,8 +60,8 @@ class LockedTemporary:
         return tmp
 
     def unlock(self):
-        for lock in self.locks:
-            lock.__exit__(None, None, None)
+        while self.locks:
+            self.locks.pop().__exit__(None, None, None)
 
 
 @pytest.mark.parametrize("route", ["to_device", "copy_to_device"])
@@ -82,6 +82,9 @@ def test_a_temporary_on_locked_pages_is_copied_before_it_is_freed(route):
         # reuses its memory).
         assert s.query()
         junk = np.full(N, -1.0)      # likely where the temporary was
+        # Unlocked first: a new host array partly on locked pages cannot be copied yet
+        # (docs/reliability.md, round 4, item 4).
+        source.unlock()
         s.synchronize()
         np.testing.assert_array_equal(dst.copy_to_host(), values.astype(dst.dtype))
         del junk
@@ -504,3 +507,33 @@ def test_an_ml_dtypes_array_takes_host_data_of_its_own_dtype_back(dtype):
     out = a.copy_to_host()
     assert out.dtype == host.dtype
     assert out.tobytes() == host.tobytes()
+
+
+@pytest.mark.parametrize("family", ["dask", "cuda"])
+def test_a_bfloat16_field_keeps_its_type_through_dask(family):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from distributed.protocol import deserialize, serialize
+    inner = np.dtype([("h", ml_dtypes.float8_e4m3fn, (2,)), ("i", np.int16)])
+    dt = np.dtype([("x", ml_dtypes.bfloat16), ("y", np.float32), ("z", inner)])
+    host = np.zeros(3, dt)
+    host["x"], host["y"], host["z"]["i"] = [1.5, 2.5, 3.5], 7, 9
+    host["z"]["h"] = [[0.5, 1.0]] * 3
+    got = deserialize(*serialize(cai.to_device(host), serializers=(family,)))
+    assert got.dtype == dt                          # not a raw '|V2' field
+    out = got.copy_to_host()
+    assert out.tobytes() == host.tobytes()
+    np.testing.assert_array_equal(out["x"].astype(np.float32), [1.5, 2.5, 3.5])
+
+
+@pytest.mark.parametrize("bad", [
+    [[["nope"], "bfloat16"]], [[["y"], "bfloat16"]], [[["x"], "float64"]], [["x", "bfloat16"]],
+    "x", [],
+], ids=["no-field", "not-void", "unknown-type", "path-not-list", "not-list", "empty"])
+def test_a_forged_ml_fields_header_is_refused(bad):
+    pytest.importorskip("ml_dtypes")
+    from distributed.protocol import deserialize, serialize
+    dt = np.dtype([("x", "V2"), ("y", np.float32)])
+    header, frames = serialize(cai.to_device(np.zeros(3, dt)), serializers=("dask",))
+    header["sub-header"]["ml_fields"] = bad
+    with pytest.raises(ValueError, match="ml_fields"):
+        deserialize(header, frames)

@@ -101,10 +101,9 @@ int BackendState::current_ordinal() {
 
 CUcontext BackendState::stream_context(CUstream s) {
   const auto v = reinterpret_cast<std::uintptr_t>(s);
-  const CUcontext current = current_context();  // cuStreamGetCtx needs one too
-  if (v <= 2) return current;                   // NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
+  if (v <= 2) return current_context();  // NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
   CUcontext ctx = nullptr;
-  CAI_DRIVER(*this, cuStreamGetCtx, s, &ctx);
+  check(with_context([&] { return api.cuStreamGetCtx(s, &ctx); }), "cuStreamGetCtx");
   return ctx;
 }
 

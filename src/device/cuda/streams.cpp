@@ -38,15 +38,16 @@ void Backend::stream_synchronize(StreamHandle s) {
   BackendState& st = *state_;
   st.counts.stream_synchronize.bump();
   CUstream stream = to_stream(s, "stream_synchronize()");
-  st.current_context();  // the driver needs one, whatever the stream
-  CAI_DRIVER(st, cuStreamSynchronize, stream);
+  if (is_default_stream(s)) st.current_context();
+  st.check(st.with_context([&] { return st.api.cuStreamSynchronize(stream); }),
+           "cuStreamSynchronize");
 }
 
 bool Backend::stream_query(StreamHandle s) {
   BackendState& st = *state_;
   CUstream stream = to_stream(s, "stream_query()");
-  st.current_context();  // the driver needs one, whatever the stream
-  const CUresult r = st.api.cuStreamQuery(stream);
+  if (is_default_stream(s)) st.current_context();
+  const CUresult r = st.with_context([&] { return st.api.cuStreamQuery(stream); });
   if (r == CUDA_ERROR_NOT_READY) return false;
   st.check(r, "cuStreamQuery");
   return true;
@@ -62,24 +63,26 @@ int Backend::stream_device(StreamHandle s) {
 void Backend::launch_host_func(StreamHandle s, std::function<void()> fn) {
   BackendState& st = *state_;
   CUstream stream = to_stream(s, "launch_host_func()");
-  st.current_context();  // the driver needs one, whatever the stream
+  if (is_default_stream(s)) st.current_context();
   auto* owned = new std::function<void()>(std::move(fn));
-  const CUresult r = st.api.cuLaunchHostFunc(
-      stream,
-      [](void* user) noexcept {
-        std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(user));
-        // Nothing may escape to the driver's thread (std::terminate there), and nobody waits
-        // for this call to report to: the error goes to stderr.
-        try {
-          (*f)();
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "cai: a host function (launch_host_func) threw: %s; ignored\n",
-                       e.what());
-        } catch (...) {
-          std::fputs("cai: a host function (launch_host_func) threw; ignored\n", stderr);
-        }
-      },
-      owned);
+  const CUresult r = st.with_context([&] {
+    return st.api.cuLaunchHostFunc(
+        stream,
+        [](void* user) noexcept {
+          std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(user));
+          // Nothing may escape to the driver's thread (std::terminate there), and nobody waits
+          // for this call to report to: the error goes to stderr.
+          try {
+            (*f)();
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "cai: a host function (launch_host_func) threw: %s; ignored\n",
+                         e.what());
+          } catch (...) {
+            std::fputs("cai: a host function (launch_host_func) threw; ignored\n", stderr);
+          }
+        },
+        owned);
+  });
   if (r != CUDA_SUCCESS) {
     delete owned;
     st.fail(r, "cuLaunchHostFunc");
@@ -106,8 +109,8 @@ void Backend::event_record(EventHandle e, StreamHandle s) {
   constexpr std::string_view where = "event_record()";
   CUevent event = to_event(e, where);
   CUstream stream = to_stream(s, where);
-  st.current_context();  // the driver needs one, whatever the stream
-  CAI_DRIVER(st, cuEventRecord, event, stream);
+  if (is_default_stream(s)) st.current_context();
+  st.check(st.with_context([&] { return st.api.cuEventRecord(event, stream); }), "cuEventRecord");
 }
 
 void Backend::stream_wait_event(StreamHandle s, EventHandle e) {
@@ -116,19 +119,21 @@ void Backend::stream_wait_event(StreamHandle s, EventHandle e) {
   constexpr std::string_view where = "stream_wait_event()";
   CUstream stream = to_stream(s, where);
   CUevent event = to_event(e, where);
-  st.current_context();  // the driver needs one, whatever the stream
-  CAI_DRIVER(st, cuStreamWaitEvent, stream, event, 0);
+  if (is_default_stream(s)) st.current_context();
+  st.check(st.with_context([&] { return st.api.cuStreamWaitEvent(stream, event, 0); }),
+           "cuStreamWaitEvent");
 }
 
 void Backend::event_synchronize(EventHandle e) {
-  state_->current_context();
-  CAI_DRIVER(*state_, cuEventSynchronize, to_event(e, "event_synchronize()"));
+  BackendState& st = *state_;
+  CUevent event = to_event(e, "event_synchronize()");
+  st.check(st.with_context([&] { return st.api.cuEventSynchronize(event); }), "cuEventSynchronize");
 }
 
 bool Backend::event_query(EventHandle e) {
   BackendState& st = *state_;
-  st.current_context();
-  const CUresult r = st.api.cuEventQuery(to_event(e, "event_query()"));
+  CUevent event = to_event(e, "event_query()");
+  const CUresult r = st.with_context([&] { return st.api.cuEventQuery(event); });
   if (r == CUDA_ERROR_NOT_READY) return false;
   st.check(r, "cuEventQuery");
   return true;
