@@ -1,9 +1,10 @@
 """Host values going into device arrays: what `copy_to_device` and `a[...] = value` accept
 (docs/python.md, "No silent conversion"). The C++ side calls these and copies the result."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # NumPy is imported on first use, never at `import cai`
+    import numpy as np
 
 def _is_ml_dtypes(dt: "np.dtype[Any]") -> bool:
     return dt.type.__module__.startswith("ml_dtypes")
@@ -27,6 +28,8 @@ def exact(ary: Any, dtype: "np.dtype[Any]", shape: tuple[int, ...],
     """`ary` as a C-contiguous NumPy array of `dtype` and `shape`, by Numba's rule for
     copy_to_device: the same dtype, and the same shape once axes of length one are dropped;
     nothing converted, nothing broadcast."""
+    import numpy as np
+
     host = np.asarray(ary)
     if host.dtype != dtype:
         raise TypeError(f"incompatible dtype: {_name(dtype)} vs. {_name(host.dtype)} "
@@ -39,6 +42,8 @@ def exact(ary: Any, dtype: "np.dtype[Any]", shape: tuple[int, ...],
 
 
 def _first_change(src: Any, back: Any, changed: Any) -> str:
+    import numpy as np
+
     i = np.flatnonzero(np.broadcast_to(changed, np.shape(src)))[0]
     return f"{np.asarray(src).reshape(-1)[i]} becomes {np.asarray(back).reshape(-1)[i]}"
 
@@ -54,6 +59,8 @@ def assignable(value: Any, dtype: "np.dtype[Any]", shape: tuple[int, ...],
     C-contiguous array; a conversion that loses values (a fraction or an out-of-range value into
     an integer, a complex number into a real, a finite value that overflows a float) is a
     ValueError: the user casts first to accept it."""
+    import numpy as np
+
     try:
         if not _numeric(dtype):  # records, strings, dates, raw bytes: NumPy's own rules
             out = np.asarray(value, dtype=dtype)
@@ -68,6 +75,8 @@ def assignable(value: Any, dtype: "np.dtype[Any]", shape: tuple[int, ...],
 
 
 def _convert(src: Any, dtype: "np.dtype[Any]", where: str) -> Any:
+    import numpy as np
+
     if not _numeric(src.dtype):
         return np.asarray(src, dtype=dtype)  # strings, objects into numbers: NumPy's rules
     import warnings
