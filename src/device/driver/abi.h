@@ -24,8 +24,7 @@ struct CUmemPoolHandle_st;
 
 namespace cai::device::cu {
 
-/// Every entry point's return code (the values are the driver's; cai's simulated driver adds
-/// the CAI_SIM_* codes, which a real driver never returns).
+/// Every entry point's return code (the driver's values; the simulated driver returns no other).
 enum CUresult : int {
   CUDA_SUCCESS = 0,
   CUDA_ERROR_INVALID_VALUE = 1,
@@ -56,9 +55,6 @@ enum CUresult : int {
   CUDA_ERROR_NOT_PERMITTED = 800,
   CUDA_ERROR_NOT_SUPPORTED = 801,
   CUDA_ERROR_UNKNOWN = 999,
-  /// Simulated driver only: the call was refused because its accesses race with earlier ones
-  /// (the race detector; nothing was enqueued).
-  CAI_SIM_ERROR_RACE = 0x43410001,
 };
 
 using CUdevice = int;

@@ -45,6 +45,7 @@ inline constexpr unsigned kCtxFlagsMask = 0xff;
 /// Error codes only these entries return.
 inline constexpr CUresult kErrorPeerAccessUnsupported = static_cast<CUresult>(217);
 inline constexpr CUresult kErrorPeerAccessAlreadyEnabled = static_cast<CUresult>(704);
+inline constexpr CUresult kErrorPeerAccessNotEnabled = static_cast<CUresult>(705);
 
 }  // namespace cai::device::cu
 
@@ -110,7 +111,8 @@ struct ClientApi {
 #undef CAI_DETAIL_CLIENT_FIELD
 
 #define CAI_DETAIL_CLIENT_NAME(name, ...) #name,
-inline constexpr const char* client_entry_names[] = {CAI_SIM_CLIENT_ENTRIES(CAI_DETAIL_CLIENT_NAME)};
+inline constexpr const char* client_entry_names[] = {
+    CAI_SIM_CLIENT_ENTRIES(CAI_DETAIL_CLIENT_NAME)};
 #undef CAI_DETAIL_CLIENT_NAME
 inline constexpr std::size_t client_entry_count = std::size(client_entry_names);
 

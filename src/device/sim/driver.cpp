@@ -34,15 +34,25 @@ thread_local std::string t_detail;
 enum Entry : std::size_t {
 #define CAI_DETAIL_INDEX(name, ...) k_##name,
   CAI_DRIVER_ENTRIES(CAI_DETAIL_INDEX) CAI_SIM_ENTRIES(CAI_DETAIL_INDEX)
+      CAI_SIM_CLIENT_ENTRIES(CAI_DETAIL_INDEX)
 #undef CAI_DETAIL_INDEX
-      k_entry_count
+          k_entry_count
 };
-static_assert(k_entry_count == driver_entry_count + sim_entry_count);
+// Counted in this order: the driver's entries, the simulator's, the client entries.
+constexpr std::size_t kClientFirst = driver_entry_count + sim_entry_count;
+static_assert(k_entry_count == kClientFirst + client_entry_count);
+
+/// An entry's name by index.
+const char* entry_name(std::size_t index) {
+  if (index < driver_entry_count) return driver_entry_names[index];
+  if (index < kClientFirst) return sim_entry_names[index - driver_entry_count];
+  return client_entry_names[index - kClientFirst];
+}
 
 CUresult code_of(Errc e) {
   switch (e) {
     case Errc::race:
-      return CAI_SIM_ERROR_RACE;
+      return kSimRaceResult;
     case Errc::not_implemented:
       return CUDA_ERROR_NOT_SUPPORTED;
     default:
@@ -72,6 +82,8 @@ struct Trampoline<CUresult (SimDriver::*)(A...)> {
       return (d->*M)(a...);
     } catch (const Error& e) {
       t_detail = e.what();
+      // A foreign client shows only the code: the detector's message goes to stderr too.
+      if (e.code() == Errc::race) std::fprintf(stderr, "cai simulated driver: %s\n", e.what());
       return code_of(e.code());
     } catch (const std::bad_alloc&) {
       t_detail = "out of host memory";
@@ -95,6 +107,12 @@ const SimApi& sim_table() {
   static const SimApi t{CAI_SIM_ENTRIES(CAI_DETAIL_ENTRY)};
   return t;
 }
+
+template <int S>
+const ClientApi& client_table() {
+  static const ClientApi t{CAI_SIM_CLIENT_ENTRIES(CAI_DETAIL_ENTRY)};
+  return t;
+}
 #undef CAI_DETAIL_ENTRY
 
 template <int S>
@@ -108,11 +126,12 @@ CUresult get_proc_address(const char* symbol, void** fn, int version, cuuint64_t
 struct SlotTables {
   const DriverApi& (*driver)();
   const SimApi& (*sim)();
+  const ClientApi& (*client)();
   void* get_proc;
 };
 template <int... S>
 constexpr std::array<SlotTables, sizeof...(S)> slot_tables(std::integer_sequence<int, S...>) {
-  return {SlotTables{&driver_table<S>, &sim_table<S>,
+  return {SlotTables{&driver_table<S>, &sim_table<S>, &client_table<S>,
                      reinterpret_cast<void*>(&get_proc_address<S>)}...};
 }
 const std::array<SlotTables, kSlots> g_tables =
@@ -150,6 +169,8 @@ constexpr ErrorText kErrors[] = {
     {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE",
      "the operation cannot be performed "
      "in the present state"},
+    {kErrorPeerAccessUnsupported, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+     "peer access is not supported between these two devices"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
     {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
@@ -157,6 +178,10 @@ constexpr ErrorText kErrors[] = {
      "encountered"},
     {CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
      "too many resources requested for launch"},
+    {kErrorPeerAccessAlreadyEnabled, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+     "peer access is already enabled"},
+    {kErrorPeerAccessNotEnabled, "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
+     "peer access has not been enabled"},
     {CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
     {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
      "part or all of the requested memory range is already mapped"},
@@ -166,7 +191,6 @@ constexpr ErrorText kErrors[] = {
     {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
-    {CAI_SIM_ERROR_RACE, "CAI_SIM_ERROR_RACE", "a data race (cai's simulated driver)"},
 };
 
 const ErrorText* find_error(CUresult r) {
@@ -233,7 +257,7 @@ std::string hex_text(std::uint64_t v) {
 // Construction and teardown.
 
 SimDriver::SimDriver(int devices)
-    : devices_(devices),
+    : devices_(static_cast<int>(visible_devices(devices).size())),
       instance_(g_next_instance.fetch_add(1)),
       calls_(new std::atomic<std::uint64_t>[k_entry_count]),
       times_(new std::atomic<std::uint64_t>[k_entry_count]) {
@@ -243,11 +267,12 @@ SimDriver::SimDriver(int devices)
                                        std::to_string(kMaxDevices));
   }
   for (std::size_t i = 0; i < k_entry_count; ++i) calls_[i] = times_[i] = 0;
-  device_state_.resize(static_cast<std::size_t>(devices));
+  physical_ = visible_devices(devices);
+  device_state_.resize(static_cast<std::size_t>(devices_));
   host_ = {0, std::make_shared<const std::string>("the host")};
-  for (int d = 0; d < devices; ++d) {
+  for (int d = 0; d < devices_; ++d) {
     std::string label = "legacy default stream";
-    if (devices > 1) label += " of device " + std::to_string(d);
+    if (devices_ > 1) label += " of device " + std::to_string(d);
     auto s = new_stream_locked(1, std::move(label), d, false);
     s->legacy = true;
     device_state_[static_cast<std::size_t>(d)].legacy = std::move(s);
@@ -346,20 +371,30 @@ CUresult SimDriver::cuGetProcAddress_v2(const char* symbol, void** fn, int versi
   if (n == #name) *fn = reinterpret_cast<void*>(s.name);
   CAI_SIM_ENTRIES(CAI_DETAIL_FIND)
 #undef CAI_DETAIL_FIND
-  const bool ok = *fn != nullptr && version >= kDriverApiVersion;
-  if (*fn != nullptr && !ok) *fn = nullptr;
+  int needed = kDriverApiVersion;
+  const ClientApi& c = t.client();
+#define CAI_DETAIL_FIND(name, entry_version, ...) \
+  if (n == #name) {                               \
+    *fn = reinterpret_cast<void*>(c.name);        \
+    needed = entry_version;                       \
+  }
+  CAI_SIM_CLIENT_ENTRIES(CAI_DETAIL_FIND)
+#undef CAI_DETAIL_FIND
+  const bool ok = *fn != nullptr && version >= needed;
+  const bool known = *fn != nullptr;
+  if (!ok) *fn = nullptr;
   if (found != nullptr) {
     *found = ok ? CU_GET_PROC_ADDRESS_SUCCESS
-                : (*fn == nullptr && version < kDriverApiVersion
-                       ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
-                       : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+                : (known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                         : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   }
   return ok ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
 CUresult SimDriver::enter(std::size_t index) noexcept {
   calls_[index].fetch_add(1, std::memory_order_relaxed);
-  if (!initialized_ && index > k_cuDriverGetVersion && index < driver_entry_count) {
+  if (!initialized_ && index > k_cuDriverGetVersion &&
+      (index < driver_entry_count || index >= kClientFirst)) {
     return fail(CUDA_ERROR_NOT_INITIALIZED, "cuInit has not been called");
   }
   if (!any_injection_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
@@ -374,20 +409,15 @@ CUresult SimDriver::enter(std::size_t index) noexcept {
   const CUresult r = inj.result;
   if (--inj.times == 0) injections_.erase(it);
   if (injections_.empty()) any_injection_ = false;
-  return fail(r, std::string("injected by caiSimInjectError(\"") +
-                     (index < driver_entry_count ? driver_entry_names[index]
-                                                 : sim_entry_names[index - driver_entry_count]) +
-                     "\")");
+  return fail(r, std::string("injected by caiSimInjectError(\"") + entry_name(index) + "\")");
 }
 
 CUresult SimDriver::caiSimInjectError(const char* entry, CUresult result, unsigned int skip,
                                       unsigned int times) {
   if (entry == nullptr || times == 0) return fail(CUDA_ERROR_INVALID_VALUE, "no entry or times 0");
   std::size_t index = k_entry_count;
-  for (std::size_t i = 0; i < driver_entry_count; ++i)
-    if (std::strcmp(entry, driver_entry_names[i]) == 0) index = i;
-  for (std::size_t i = 0; i < sim_entry_count; ++i)
-    if (std::strcmp(entry, sim_entry_names[i]) == 0) index = driver_entry_count + i;
+  for (std::size_t i = 0; i < k_entry_count; ++i)
+    if (std::strcmp(entry, entry_name(i)) == 0) index = i;
   if (index == k_entry_count)
     return fail(CUDA_ERROR_INVALID_VALUE, std::string("no entry point named ") + entry);
   std::lock_guard g(inject_mu_);
@@ -448,6 +478,8 @@ CUresult SimDriver::cuGetErrorString(CUresult error, const char** text) {
 
 CUresult SimDriver::cuInit(unsigned int flags) {
   if (flags != 0) return fail(CUDA_ERROR_INVALID_VALUE, "cuInit: flags must be 0");
+  if (devices_ == 0)
+    return fail(CUDA_ERROR_NO_DEVICE, "CUDA_VISIBLE_DEVICES leaves no simulated device");
   initialized_ = true;
   return CUDA_SUCCESS;
 }
@@ -463,7 +495,7 @@ CUresult SimDriver::cuDriverGetVersion(int* version) {
 
 CUresult SimDriver::cuDeviceGetCount(int* count) {
   if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *count = devices_;
+  *count = devices_;  // those CUDA_VISIBLE_DEVICES leaves
   return CUDA_SUCCESS;
 }
 
@@ -472,7 +504,8 @@ CUresult SimDriver::cuDeviceGet(CUdevice* device, int ordinal) {
   if (ordinal < 0 || ordinal >= devices_)
     return fail(CUDA_ERROR_INVALID_DEVICE,
                 "device " + std::to_string(ordinal) + " out of range; the simulator has " +
-                    std::to_string(devices_) + " device(s) (CAI_SIM_DEVICES)");
+                    std::to_string(devices_) +
+                    " device(s) (CAI_SIM_DEVICES, then CUDA_VISIBLE_DEVICES)");
   *device = ordinal;
   return CUDA_SUCCESS;
 }
@@ -493,23 +526,8 @@ CUresult SimDriver::cuDeviceGetAttribute(int* value, CUdevice_attribute attribut
                                          CUdevice device) {
   CAI_SIM_CHECK_DEVICE(device)
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  switch (attribute) {
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
-      *value = 9;
-      return CUDA_SUCCESS;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
-      *value = 0;
-      return CUDA_SUCCESS;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
-      *value = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      return CUDA_SUCCESS;
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
-    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
-      *value = 1;
-      return CUDA_SUCCESS;
-  }
+  if (device_attribute(attribute, physical_[static_cast<std::size_t>(device)], *value))
+    return CUDA_SUCCESS;
   return fail(
       CUDA_ERROR_INVALID_VALUE,
       "device attribute " + std::to_string(static_cast<int>(attribute)) + " is not simulated");
@@ -528,14 +546,17 @@ CUresult SimDriver::cuDeviceGetUuid(CUuuid* uuid, CUdevice device) {
   // The same in every process, so that an IPC handle finds its device by uuid.
   const char tag[] = "cai-sim-device";
   std::memcpy(uuid->bytes, tag, 14);
-  uuid->bytes[14] = static_cast<char>(device >> 8);
-  uuid->bytes[15] = static_cast<char>(device & 0xff);
+  const int physical = physical_[static_cast<std::size_t>(device)];
+  uuid->bytes[14] = static_cast<char>(physical >> 8);
+  uuid->bytes[15] = static_cast<char>(physical & 0xff);
   return CUDA_SUCCESS;
 }
 
 CUresult SimDriver::cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
   CAI_SIM_CHECK_DEVICE(device)
   if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(mu_);
+  ++device_state_[static_cast<std::size_t>(device)].primary_refs;
   *context = context_handle(instance_, device);
   return CUDA_SUCCESS;
 }
@@ -548,7 +569,7 @@ CUresult SimDriver::cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device
 int SimDriver::current_locked() {
   auto it = contexts_.find(this_thread_id());
   if (it == contexts_.end() || it->second.empty()) return -1;
-  return it->second.back();
+  return context_device_locked(reinterpret_cast<CUcontext>(it->second.back()));
 }
 
 CUresult SimDriver::need_context_locked(int& device) {
@@ -562,8 +583,10 @@ CUresult SimDriver::need_context_locked(int& device) {
 CUresult SimDriver::cuCtxGetCurrent(CUcontext* context) {
   if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(mu_);
-  const int d = current_locked();
-  *context = d < 0 ? nullptr : context_handle(instance_, d);
+  auto it = contexts_.find(this_thread_id());
+  *context = it == contexts_.end() || it->second.empty()
+                 ? nullptr
+                 : reinterpret_cast<CUcontext>(it->second.back());
   return CUDA_SUCCESS;
 }
 
@@ -575,24 +598,23 @@ CUresult SimDriver::cuCtxSetCurrent(CUcontext context) {
     if (!stack.empty()) stack.pop_back();
     return CUDA_SUCCESS;
   }
-  const int d = context_device(instance_, context, devices_);
-  if (d < 0) return fail(CUDA_ERROR_INVALID_CONTEXT, "not a context of the simulator");
+  if (context_device_locked(context) < 0)
+    return fail(CUDA_ERROR_INVALID_CONTEXT, "not a context of the simulator");
   if (stack.empty()) {
-    stack.push_back(d);
+    stack.push_back(handle_value(context));
   } else {
-    stack.back() = d;
+    stack.back() = handle_value(context);
   }
   return CUDA_SUCCESS;
 }
 
 CUresult SimDriver::cuCtxPushCurrent(CUcontext context) {
   std::lock_guard lk(mu_);
-  const int d = context_device(instance_, context, devices_);
-  if (d < 0)
+  if (context_device_locked(context) < 0)
     return fail(CUDA_ERROR_INVALID_CONTEXT, context == nullptr
                                                 ? "cuCtxPushCurrent(NULL): no context to push"
                                                 : "not a context of the simulator");
-  contexts_[this_thread_id()].push_back(d);
+  contexts_[this_thread_id()].push_back(handle_value(context));
   return CUDA_SUCCESS;
 }
 
@@ -600,7 +622,7 @@ CUresult SimDriver::cuCtxPopCurrent(CUcontext* context) {
   std::lock_guard lk(mu_);
   auto& stack = contexts_[this_thread_id()];
   if (stack.empty()) return fail(CUDA_ERROR_INVALID_CONTEXT, "the context stack is empty");
-  if (context != nullptr) *context = context_handle(instance_, stack.back());
+  if (context != nullptr) *context = reinterpret_cast<CUcontext>(stack.back());
   stack.pop_back();
   return CUDA_SUCCESS;
 }
