@@ -43,9 +43,15 @@ status=0
 for part in $PARTS; do
   case $part in
     numba)
-      # Run outside the repository, so that its pytest configuration stays out.
-      (cd build && PYTHONPATH="$ROOT/tests/clients/numba_support" \
+      # Run outside the repository, so that its pytest configuration stays out. The wheel keeps
+      # numba.cuda in numba_cuda/numba/cuda, reached through an import hook: with numba_cuda/
+      # on the path and namespace packages considered, pytest names the test modules
+      # numba.cuda.tests.*, which the spawned children of the IPC and init tests can import.
+      numba_root=$("$VENV/bin/python" -c \
+        'import numba_cuda, os; print(os.path.dirname(numba_cuda.__file__))')
+      (cd build && PYTHONPATH="$ROOT/tests/clients/numba_support:$numba_root" \
         "$VENV/bin/python" -m pytest -q -p cai_numba_plugin -p no:cacheprovider \
+        --import-mode=importlib -o consider_namespace_packages=true \
         -o junit_family=xunit2 --junitxml="$ROOT/build/client-tests-numba.xml" \
         --pyargs numba.cuda.tests.cudadrv numba.cuda.tests.cudapy.test_cuda_array_interface \
         numba.cuda.tests.cudapy.test_ipc numba.cuda.tests.cudapy.test_stream_api) || status=1
