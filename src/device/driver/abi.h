@@ -21,6 +21,7 @@ struct CUfunc_st;
 struct CUstream_st;
 struct CUevent_st;
 struct CUmemPoolHandle_st;
+struct CUgreenCtx_st;
 
 namespace cai::device::cu {
 
@@ -66,6 +67,7 @@ using CUfunction = CUfunc_st*;
 using CUstream = CUstream_st*;
 using CUevent = CUevent_st*;
 using CUmemoryPool = CUmemPoolHandle_st*;
+using CUgreenCtx = CUgreenCtx_st*;
 using CUhostFn = void (*)(void* user_data);
 
 struct CUuuid {
@@ -136,6 +138,7 @@ inline constexpr unsigned kMemHostRegisterDeviceMap = 2;
 enum CUdriverProcAddress_flags : int {
   CU_GET_PROC_ADDRESS_DEFAULT = 0,
   CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1,
+  CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 2,
 };
 enum CUdriverProcAddressQueryResult : int {
   CU_GET_PROC_ADDRESS_SUCCESS = 0,

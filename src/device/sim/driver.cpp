@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "cai/core/error.h"
+#include "device/sim/entry_points.h"
 #include "device/sim/sim_driver.h"
 #include "device/sim/sim_internal.h"
 
@@ -23,119 +24,15 @@ namespace cai::device::detail {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// Trampolines: a C function per (instance slot, entry) that calls the member of the instance in
-// that slot. A fixed number of instances may live at once (tests make private ones).
+// Instance slots: a fixed number of instances may live at once (tests make private ones); each
+// slot has its own trampolines (entry_points.h).
 
-constexpr int kSlots = 16;
-std::atomic<SimDriver*> g_instances[kSlots];
-
-thread_local std::string t_detail;
-
-enum Entry : std::size_t {
-#define CAI_DETAIL_INDEX(name, ...) k_##name,
-  CAI_DRIVER_ENTRIES(CAI_DETAIL_INDEX) CAI_SIM_ENTRIES(CAI_DETAIL_INDEX)
-      CAI_SIM_CLIENT_ENTRIES(CAI_DETAIL_INDEX)
-#undef CAI_DETAIL_INDEX
-          k_entry_count
-};
-// Counted in this order: the driver's entries, the simulator's, the client entries.
-constexpr std::size_t kClientFirst = driver_entry_count + sim_entry_count;
-static_assert(k_entry_count == kClientFirst + client_entry_count);
-
-/// An entry's name by index.
-const char* entry_name(std::size_t index) {
-  if (index < driver_entry_count) return driver_entry_names[index];
-  if (index < kClientFirst) return sim_entry_names[index - driver_entry_count];
-  return client_entry_names[index - kClientFirst];
-}
-
-CUresult code_of(Errc e) {
-  switch (e) {
-    case Errc::race:
-      return kSimRaceResult;
-    case Errc::not_implemented:
-      return CUDA_ERROR_NOT_SUPPORTED;
-    default:
-      return CUDA_ERROR_INVALID_VALUE;
-  }
-}
-
-template <class Member>
-struct Trampoline;
-template <class... A>
-struct Trampoline<CUresult (SimDriver::*)(A...)> {
-  template <int Slot, std::size_t Index, CUresult (SimDriver::*M)(A...)>
-  static CUresult call(A... a) noexcept {
-    SimDriver* d = g_instances[Slot].load(std::memory_order_acquire);
-    if (d == nullptr) return CUDA_ERROR_DEINITIALIZED;
-    if (Index != k_caiSimGetErrorDetail) t_detail.clear();
-    if (const CUresult r = d->enter(Index); r != CUDA_SUCCESS) return r;
-    try {
-      if (d->timing()) {  // the driver's own time, for benchmarks (caiSimTimeCalls)
-        const auto start = std::chrono::steady_clock::now();
-        const CUresult r = (d->*M)(a...);
-        d->add_time(
-            Index, static_cast<std::uint64_t>(
-                       std::chrono::nanoseconds(std::chrono::steady_clock::now() - start).count()));
-        return r;
-      }
-      return (d->*M)(a...);
-    } catch (const Error& e) {
-      t_detail = e.what();
-      // A foreign client shows only the code: the detector's message goes to stderr too.
-      if (e.code() == Errc::race) std::fprintf(stderr, "cai simulated driver: %s\n", e.what());
-      return code_of(e.code());
-    } catch (const std::bad_alloc&) {
-      t_detail = "out of host memory";
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    } catch (const std::exception& e) {
-      t_detail = e.what();
-      return CUDA_ERROR_UNKNOWN;
-    }
-  }
-};
-
-#define CAI_DETAIL_ENTRY(name, ...) \
-  &Trampoline<decltype(&SimDriver::name)>::template call<S, k_##name, &SimDriver::name>,
-template <int S>
-const DriverApi& driver_table() {
-  static const DriverApi t{CAI_DRIVER_ENTRIES(CAI_DETAIL_ENTRY)};
-  return t;
-}
-template <int S>
-const SimApi& sim_table() {
-  static const SimApi t{CAI_SIM_ENTRIES(CAI_DETAIL_ENTRY)};
-  return t;
-}
-
-template <int S>
-const ClientApi& client_table() {
-  static const ClientApi t{CAI_SIM_CLIENT_ENTRIES(CAI_DETAIL_ENTRY)};
-  return t;
-}
-#undef CAI_DETAIL_ENTRY
-
-template <int S>
-CUresult get_proc_address(const char* symbol, void** fn, int version, cuuint64_t flags,
-                          CUdriverProcAddressQueryResult* found) noexcept {
-  SimDriver* d = g_instances[S].load(std::memory_order_acquire);
-  if (d == nullptr) return CUDA_ERROR_DEINITIALIZED;
-  return d->cuGetProcAddress_v2(symbol, fn, version, flags, found);
-}
-
-struct SlotTables {
-  const DriverApi& (*driver)();
-  const SimApi& (*sim)();
-  const ClientApi& (*client)();
-  void* get_proc;
-};
 template <int... S>
-constexpr std::array<SlotTables, sizeof...(S)> slot_tables(std::integer_sequence<int, S...>) {
-  return {SlotTables{&driver_table<S>, &sim_table<S>, &client_table<S>,
-                     reinterpret_cast<void*>(&get_proc_address<S>)}...};
+constexpr std::array<const std::array<void*, abi_row_count>& (*)(), sizeof...(S)> slot_functions(
+    std::integer_sequence<int, S...>) {
+  return {&abi_functions<&slot_instance<S>>...};
 }
-const std::array<SlotTables, kSlots> g_tables =
-    slot_tables(std::make_integer_sequence<int, kSlots>{});
+const auto g_slot_functions = slot_functions(std::make_integer_sequence<int, kSimSlots>{});
 
 // ---------------------------------------------------------------------------------------------
 // Error names and texts, as the driver gives them.
@@ -225,6 +122,8 @@ std::atomic<std::uint64_t> g_next_instance{1};
 // ---------------------------------------------------------------------------------------------
 // Shared with the other files of the simulator.
 
+std::atomic<SimDriver*> g_sim_instances[kSimSlots];
+thread_local std::string t_error_detail;
 std::atomic<std::uint64_t> g_next_thread{1};
 
 HostThread::~HostThread() {
@@ -239,11 +138,11 @@ std::uint64_t this_thread_id() {
 }
 
 void set_error_detail(std::string detail) {
-  t_detail = std::move(detail);
+  t_error_detail = std::move(detail);
 }
 
 CUresult fail(CUresult r, std::string detail) {
-  t_detail = std::move(detail);
+  t_error_detail = std::move(detail);
   return r;
 }
 
@@ -277,16 +176,16 @@ SimDriver::SimDriver(int devices)
     s->legacy = true;
     device_state_[static_cast<std::size_t>(d)].legacy = std::move(s);
   }
-  for (int i = 0; i < kSlots; ++i) {
+  for (int i = 0; i < kSimSlots; ++i) {
     SimDriver* expected = nullptr;
-    if (g_instances[i].compare_exchange_strong(expected, this)) {
+    if (g_sim_instances[i].compare_exchange_strong(expected, this)) {
       slot_ = i;
       break;
     }
   }
   if (slot_ < 0) {
     throw_error(Errc::device_error,
-                "simulator: more than " + std::to_string(kSlots) + " simulated drivers at once");
+                "simulator: more than " + std::to_string(kSimSlots) + " simulated drivers at once");
   }
   LiveInstances& l = live();
   std::lock_guard g(l.mu);
@@ -311,7 +210,7 @@ SimDriver::~SimDriver() {
     pool.swap(pool_);
   }
   for (std::thread& t : pool) t.join();
-  g_instances[slot_].store(nullptr, std::memory_order_release);
+  g_sim_instances[slot_].store(nullptr, std::memory_order_release);
   for (auto& [base, a] : memory_) {
     if (a.kind == Kind::pinned || a.kind == Kind::managed) free_host_block(a.host);
     if (a.kind == Kind::opened) unreserve_addresses(base, (a.size + 4095) / 4096 * 4096);
@@ -343,58 +242,14 @@ int sim_devices_from_env() {
 // Symbols, calls and injected errors.
 
 void* SimDriver::symbol(const char* name) const {
-  const SlotTables& t = g_tables[static_cast<std::size_t>(slot_)];
-  const DriverApi& a = t.driver();
-  const std::string_view n(name);
-  if (n == "cuGetProcAddress_v2") return t.get_proc;
-  if (n == "cuGetErrorName") return reinterpret_cast<void*>(a.cuGetErrorName);
-  if (n == "cuGetErrorString") return reinterpret_cast<void*>(a.cuGetErrorString);
-  if (n == "cuInit") return reinterpret_cast<void*>(a.cuInit);
-  if (n == "cuDriverGetVersion") return reinterpret_cast<void*>(a.cuDriverGetVersion);
-  return nullptr;
-}
-
-CUresult SimDriver::cuGetProcAddress_v2(const char* symbol, void** fn, int version,
-                                        cuuint64_t flags, CUdriverProcAddressQueryResult* found) {
-  if (symbol == nullptr || fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  (void)flags;
-  const SlotTables& t = g_tables[static_cast<std::size_t>(slot_)];
-  const DriverApi& a = t.driver();
-  const SimApi& s = t.sim();
-  *fn = nullptr;
-  const std::string_view n(symbol);
-#define CAI_DETAIL_FIND(name, ...) \
-  if (n == #name) *fn = reinterpret_cast<void*>(a.name);
-  CAI_DRIVER_ENTRIES(CAI_DETAIL_FIND)
-#undef CAI_DETAIL_FIND
-#define CAI_DETAIL_FIND(name, ...) \
-  if (n == #name) *fn = reinterpret_cast<void*>(s.name);
-  CAI_SIM_ENTRIES(CAI_DETAIL_FIND)
-#undef CAI_DETAIL_FIND
-  int needed = kDriverApiVersion;
-  const ClientApi& c = t.client();
-#define CAI_DETAIL_FIND(name, entry_version, ...) \
-  if (n == #name) {                               \
-    *fn = reinterpret_cast<void*>(c.name);        \
-    needed = entry_version;                       \
-  }
-  CAI_SIM_CLIENT_ENTRIES(CAI_DETAIL_FIND)
-#undef CAI_DETAIL_FIND
-  const bool ok = *fn != nullptr && version >= needed;
-  const bool known = *fn != nullptr;
-  if (!ok) *fn = nullptr;
-  if (found != nullptr) {
-    *found = ok ? CU_GET_PROC_ADDRESS_SUCCESS
-                : (known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
-                         : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-  }
-  return ok ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+  const std::size_t row = find_symbol(name);
+  return row == abi_row_count ? nullptr : g_slot_functions[static_cast<std::size_t>(slot_)]()[row];
 }
 
 CUresult SimDriver::enter(std::size_t index) noexcept {
   calls_[index].fetch_add(1, std::memory_order_relaxed);
   if (!initialized_ && index > k_cuDriverGetVersion &&
-      (index < driver_entry_count || index >= kClientFirst)) {
+      (index < driver_entry_count || index >= sim_entries_end)) {
     return fail(CUDA_ERROR_NOT_INITIALIZED, "cuInit has not been called");
   }
   if (!any_injection_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
@@ -409,7 +264,7 @@ CUresult SimDriver::enter(std::size_t index) noexcept {
   const CUresult r = inj.result;
   if (--inj.times == 0) injections_.erase(it);
   if (injections_.empty()) any_injection_ = false;
-  return fail(r, std::string("injected by caiSimInjectError(\"") + entry_name(index) + "\")");
+  return fail(r, std::string("injected by caiSimInjectError(\"") + entry_names[index] + "\")");
 }
 
 CUresult SimDriver::caiSimInjectError(const char* entry, CUresult result, unsigned int skip,
@@ -417,7 +272,7 @@ CUresult SimDriver::caiSimInjectError(const char* entry, CUresult result, unsign
   if (entry == nullptr || times == 0) return fail(CUDA_ERROR_INVALID_VALUE, "no entry or times 0");
   std::size_t index = k_entry_count;
   for (std::size_t i = 0; i < k_entry_count; ++i)
-    if (std::strcmp(entry, entry_name(i)) == 0) index = i;
+    if (std::strcmp(entry, entry_names[i]) == 0) index = i;
   if (index == k_entry_count)
     return fail(CUDA_ERROR_INVALID_VALUE, std::string("no entry point named ") + entry);
   std::lock_guard g(inject_mu_);
@@ -455,7 +310,7 @@ CUresult SimDriver::caiSimGetCallTimes(unsigned long long* ns, std::size_t count
 
 CUresult SimDriver::caiSimGetErrorDetail(const char** detail) {
   if (detail == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *detail = t_detail.empty() ? nullptr : t_detail.c_str();
+  *detail = t_error_detail.empty() ? nullptr : t_error_detail.c_str();
   return CUDA_SUCCESS;
 }
 

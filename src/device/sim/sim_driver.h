@@ -33,6 +33,7 @@
 #include "cai/core/strided.h"
 #include "device/driver/api.h"
 #include "device/shared_memory.h"
+#include "device/sim/abi_table.h"
 #include "device/sim/client_entries.h"
 #include "device/sim/device_heap.h"
 #include "device/sim/race_detector.h"
@@ -50,7 +51,8 @@ class SimDriver {
   SimDriver(const SimDriver&) = delete;
   SimDriver& operator=(const SimDriver&) = delete;
 
-  /// The exported symbols of this instance, for load_driver().
+  /// The function this instance exports as `name` (as dlsym finds it in the exported
+  /// library), for load_driver().
   void* symbol(const char* name) const;
 
 #define CAI_DETAIL_MEMBER(name, version, params) CUresult name params;
@@ -60,8 +62,12 @@ class SimDriver {
   CAI_SIM_CLIENT_ENTRIES(CAI_DETAIL_MEMBER)
 #undef CAI_DETAIL_MEMBER
 #undef CAI_DETAIL_SIM_MEMBER
-  CUresult cuGetProcAddress_v2(const char* symbol, void** fn, int version, cuuint64_t flags,
-                               CUdriverProcAddressQueryResult* found);
+  /// The ABIs whose signature differs from the member of their name (abi_table.h, abi.cpp).
+#define CAI_DETAIL_IGNORE(...)
+#define CAI_DETAIL_ADAPTER(name, version, symbol, params) CUresult symbol params;
+  CAI_SIM_ABI_TABLE(CAI_DETAIL_IGNORE, CAI_DETAIL_ADAPTER, CAI_DETAIL_IGNORE)
+#undef CAI_DETAIL_IGNORE
+#undef CAI_DETAIL_ADAPTER
 
   /// Called when a host thread exits: its per-thread default streams are released.
   void on_thread_exit(std::uint64_t thread_id);

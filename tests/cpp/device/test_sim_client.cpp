@@ -61,7 +61,8 @@ class Client {
   GetProcAddressFn getproc_ = nullptr;
 };
 
-#define DRV(c, name) (c).get<decltype(DriverApi::name)>(#name)
+// The driver entries at the ABI cai asks for (their members implement it).
+#define DRV(c, name) (c).get<decltype(DriverApi::name)>(#name, kDriverApiVersion)
 #define CLI(c, name) (c).get<decltype(ClientApi::name)>(#name)
 #define SIM(c, name) (c).get<decltype(SimApi::name)>(#name)
 
