@@ -51,7 +51,6 @@ inline constexpr CUresult kErrorPeerAccessNotEnabled = static_cast<CUresult>(705
 
 // clang-format off
 #define CAI_SIM_CLIENT_ENTRIES(X)                                                               \
-  X(cuMemGetInfo, 3020, (std::size_t* free_bytes, std::size_t* total_bytes))                   \
   X(cuDeviceGetPCIBusId, 4010, (char* bus_id, int length, CUdevice device))                     \
   X(cuDeviceCanAccessPeer, 4000, (int* can_access, CUdevice device, CUdevice peer))             \
   X(cuDevicePrimaryCtxRelease, 11000, (CUdevice device))                                        \

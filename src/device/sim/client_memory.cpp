@@ -1,5 +1,5 @@
 // The simulated driver's memory entry points for other driver-API clients (client_entries.h):
-// synchronous and typed copies, memsets of 8, 16 and 32 bits, memory info, cuMemHostAlloc and
+// synchronous and typed copies, memsets of 8, 16 and 32 bits, cuMemHostAlloc and
 // its queries, and the default memory pool of each device.
 
 #include <algorithm>
@@ -156,20 +156,7 @@ CUresult SimDriver::cuMemsetD32Async(CUdeviceptr dst, unsigned int value, std::s
 }
 
 // ---------------------------------------------------------------------------------------------
-// Memory info and page-locked host memory.
-
-CUresult SimDriver::cuMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
-  if (free_bytes == nullptr || total_bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard lk(mu_);
-  int device = 0;
-  if (CUresult r = need_context_locked(device)) return r;
-  std::uint64_t used = 0;
-  for (const auto& [base, a] : memory_)
-    if (a.device == device && !host_kind(a.kind) && a.kind != Kind::opened) used += a.size;
-  *total_bytes = kDeviceMemory;
-  *free_bytes = kDeviceMemory - std::min<std::uint64_t>(used, kDeviceMemory);
-  return CUDA_SUCCESS;
-}
+// Page-locked host memory.
 
 CUresult SimDriver::cuMemHostAlloc(void** ptr, std::size_t bytes, unsigned int flags) {
   constexpr unsigned known =

@@ -99,17 +99,18 @@ TEST(SimClientTest, EntriesResolveByNameAndVersion) {
 }
 
 TEST(SimClientTest, EntriesNeedCuInitAndAreCountedAndInjectable) {
-  Client c;
-  std::size_t free_bytes = 0, total = 0;
-  EXPECT_EQ(CLI(c, cuMemGetInfo)(&free_bytes, &total), CUDA_ERROR_NOT_INITIALIZED);
+  Client c(1);
+  char id[16] = {};
+  EXPECT_EQ(CLI(c, cuDeviceGetPCIBusId)(id, sizeof id, 0), CUDA_ERROR_NOT_INITIALIZED);
   c.start();
-  EXPECT_EQ(SIM(c, caiSimInjectError)("cuMemGetInfo", CUDA_ERROR_OUT_OF_MEMORY, 0, 1),
+  EXPECT_EQ(SIM(c, caiSimInjectError)("cuDeviceGetPCIBusId", CUDA_ERROR_OUT_OF_MEMORY, 0, 1),
             CUDA_SUCCESS);
-  EXPECT_EQ(CLI(c, cuMemGetInfo)(&free_bytes, &total), CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(CLI(c, cuMemGetInfo)(&free_bytes, &total), CUDA_SUCCESS);
+  EXPECT_EQ(CLI(c, cuDeviceGetPCIBusId)(id, sizeof id, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(CLI(c, cuDeviceGetPCIBusId)(id, sizeof id, 0), CUDA_SUCCESS);
   std::vector<unsigned long long> counts(driver_entry_count + sim_entry_count + client_entry_count);
   EXPECT_EQ(SIM(c, caiSimGetCallCounts)(counts.data(), counts.size()), CUDA_SUCCESS);
-  EXPECT_EQ(counts[driver_entry_count + sim_entry_count], 3u);  // cuMemGetInfo is listed first
+  // cuDeviceGetPCIBusId is the first client entry, counted after the simulator's own.
+  EXPECT_EQ(counts[driver_entry_count + sim_entry_count], 3u);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -277,15 +278,15 @@ TEST(SimClientTest, MemGetInfoCountsTheDevicesAllocations) {
   Client c;
   c.start();
   std::size_t free0 = 0, total = 0, free1 = 0;
-  EXPECT_EQ(CLI(c, cuMemGetInfo)(&free0, &total), CUDA_SUCCESS);
+  EXPECT_EQ(DRV(c, cuMemGetInfo)(&free0, &total), CUDA_SUCCESS);
   EXPECT_LE(free0, total);
   const CUdeviceptr a = alloc(c, 1 << 20);
-  EXPECT_EQ(CLI(c, cuMemGetInfo)(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(DRV(c, cuMemGetInfo)(&free1, &total), CUDA_SUCCESS);
   EXPECT_EQ(free0 - free1, std::size_t{1} << 20);
   EXPECT_EQ(DRV(c, cuMemFree)(a), CUDA_SUCCESS);
-  EXPECT_EQ(CLI(c, cuMemGetInfo)(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(DRV(c, cuMemGetInfo)(&free1, &total), CUDA_SUCCESS);
   EXPECT_EQ(free1, free0);
-  EXPECT_EQ(CLI(c, cuMemGetInfo)(nullptr, &total), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(DRV(c, cuMemGetInfo)(nullptr, &total), CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST(SimClientTest, HostAllocFlagsAndDevicePointers) {

@@ -29,22 +29,22 @@ namespace sim = cai::device::detail;
 using sim::SimDriver;
 
 // clang-format off
-#define CAI_DETAIL_EXPORT(symbol, member, index, per_thread)                                   \
+#define CAI_DETAIL_EXPORT(symbol, member, index, per_thread, adapter)                          \
   extern "C" {                                                                                 \
   static sim::FunctionOfMember<member>* cai_sim_resolve_##symbol() {                          \
-    return sim::trampoline<member, &sim::process_driver, index, per_thread>;                   \
+    return sim::trampoline<member, &sim::process_driver, index, per_thread, adapter>;          \
   }                                                                                            \
   }                                                                                            \
   extern "C" __attribute__((visibility("default"))) sim::FunctionOfMember<member> symbol       \
       __attribute__((ifunc("cai_sim_resolve_" #symbol)));
 #define CAI_DETAIL_EXPORT_X(name, version, symbol) \
-  CAI_DETAIL_EXPORT(symbol, &SimDriver::name, sim::k_##name, false)
+  CAI_DETAIL_EXPORT(symbol, &SimDriver::name, sim::k_##name, false, false)
 #define CAI_DETAIL_EXPORT_A(name, version, symbol, params) \
-  CAI_DETAIL_EXPORT(symbol, &SimDriver::symbol, sim::k_##name, false)
+  CAI_DETAIL_EXPORT(symbol, &SimDriver::symbol, sim::k_##name, false, true)
 #define CAI_DETAIL_EXPORT_P(name, version, kind, symbol, member) \
-  CAI_DETAIL_EXPORT(symbol, &SimDriver::member, sim::k_##name, true)
+  CAI_DETAIL_EXPORT(symbol, &SimDriver::member, sim::k_##name, true, false)
 #define CAI_DETAIL_EXPORT_SIM(name, params) \
-  CAI_DETAIL_EXPORT(name, &SimDriver::name, sim::k_##name, false)
+  CAI_DETAIL_EXPORT(name, &SimDriver::name, sim::k_##name, false, false)
 // clang-format on
 
 CAI_SIM_ABI_TABLE(CAI_DETAIL_EXPORT_X, CAI_DETAIL_EXPORT_A, CAI_DETAIL_EXPORT_P)
