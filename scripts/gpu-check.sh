@@ -42,6 +42,8 @@
 #   pytest-threads        8 threads, each with its own streams, at once
 #   pytest-interop        the zero-copy matrix with every library, layout and dtype (long)
 #   pytest-ipc            CUDA IPC between processes (spawned children: slow to start)
+#   pytest-clients        tests/clients: cai with numba-cuda and cuda.core on NVIDIA's driver
+#                         (the simulator's interop tests; they skip where those are missing)
 #   pytest-package        view methods, `python -m cai info`/demo, the docs' `python gpu` blocks
 #   sanitizer             compute-sanitizer memcheck: the demo and every operation
 #   pytest-memory         2000 rounds of exchanges: no device memory kept
@@ -90,6 +92,7 @@ pytest-lifetime       pytest   60  15  pytest-lifetime.xml       2
 pytest-threads        pytest   90  20  pytest-threads.xml        3
 pytest-interop        pytest  150  30  pytest-interop.xml        2
 pytest-ipc            pytest   90  30  pytest-ipc.xml            q
+pytest-clients        pytest   90  15  pytest-clients.xml        4
 pytest-package        pytest   90  20  pytest-package.xml        3
 sanitizer             -       150  40  -                         4
 pytest-memory         pytest   90  20  pytest-memory.xml         3
@@ -389,6 +392,7 @@ pytest_file_of() {  # step name -> its tests/gpu file
   case $1 in
     regressions | regressions-ext) echo tests/gpu/test_gpu_regressions.py ;;
     pytest-ipc) echo tests/gpu/test_ipc_gpu.py ;;
+    pytest-clients) echo tests/clients ;;
     pytest-*) echo "tests/gpu/test_gpu_${1#pytest-}.py" ;;
   esac
 }
@@ -396,7 +400,7 @@ pytest_file_of() {  # step name -> its tests/gpu file
 step_pytest_file() {
   local f
   f=$(pytest_file_of "$STEP")
-  [ -f "$f" ] || { note "$f is missing"; return 1; }
+  [ -e "$f" ] || { note "$f is missing"; return 1; }
   case $STEP in
     # The extension's cases run as soon as it is built, the others before.
     regressions) run_pytest -k "not extension_kernels" "$f" ;;

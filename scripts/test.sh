@@ -119,6 +119,13 @@ fi
 section "pytest"
 .venv/bin/python -m pytest -q tests/python
 
+# NVIDIA's driver-API clients over the simulated driver: numba-cuda's own tests and cai's
+# interop tests with numba-cuda and cuda.core (docs/simulator.md). CLIENTS=0 skips them.
+if [ "${CLIENTS:-1}" != "0" ]; then
+  section "driver-API clients over the simulated driver (scripts/client-tests.sh)"
+  scripts/client-tests.sh
+fi
+
 # Sanitizers (docs/reliability.md): the C++ suites (ctest) and the whole Python suite under
 # ASan+UBSan; TSan on the simulator and the all-layers thread test. SANITIZE=0 skips them (a
 # quick local run).

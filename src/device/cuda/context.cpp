@@ -46,7 +46,7 @@ void BackendState::fail(CUresult r, std::string_view function, std::string_view 
     const char* text = nullptr;
     if (sim->caiSimGetErrorDetail(&text) == CUDA_SUCCESS && text != nullptr) more = text;
   }
-  if (r == CAI_SIM_ERROR_RACE) throw_error(Errc::race, more);
+  if (r == kSimRaceResult && more.starts_with(kSimRaceDetailPrefix)) throw_error(Errc::race, more);
   std::string msg = "CUDA backend: " + std::string(function) + " failed: " + describe(r);
   msg += detail;
   if (!more.empty()) msg += ": " + more;

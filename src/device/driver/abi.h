@@ -21,11 +21,11 @@ struct CUfunc_st;
 struct CUstream_st;
 struct CUevent_st;
 struct CUmemPoolHandle_st;
+struct CUgreenCtx_st;
 
 namespace cai::device::cu {
 
-/// Every entry point's return code (the values are the driver's; cai's simulated driver adds
-/// the CAI_SIM_* codes, which a real driver never returns).
+/// Every entry point's return code (the driver's values; the simulated driver returns no other).
 enum CUresult : int {
   CUDA_SUCCESS = 0,
   CUDA_ERROR_INVALID_VALUE = 1,
@@ -56,9 +56,6 @@ enum CUresult : int {
   CUDA_ERROR_NOT_PERMITTED = 800,
   CUDA_ERROR_NOT_SUPPORTED = 801,
   CUDA_ERROR_UNKNOWN = 999,
-  /// Simulated driver only: the call was refused because its accesses race with earlier ones
-  /// (the race detector; nothing was enqueued).
-  CAI_SIM_ERROR_RACE = 0x43410001,
 };
 
 using CUdevice = int;
@@ -70,6 +67,7 @@ using CUfunction = CUfunc_st*;
 using CUstream = CUstream_st*;
 using CUevent = CUevent_st*;
 using CUmemoryPool = CUmemPoolHandle_st*;
+using CUgreenCtx = CUgreenCtx_st*;
 using CUhostFn = void (*)(void* user_data);
 
 struct CUuuid {
@@ -140,6 +138,7 @@ inline constexpr unsigned kMemHostRegisterDeviceMap = 2;
 enum CUdriverProcAddress_flags : int {
   CU_GET_PROC_ADDRESS_DEFAULT = 0,
   CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1,
+  CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 2,
 };
 enum CUdriverProcAddressQueryResult : int {
   CU_GET_PROC_ADDRESS_SUCCESS = 0,

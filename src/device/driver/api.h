@@ -13,6 +13,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "device/driver/abi.h"
@@ -136,6 +137,12 @@ struct CaiSimStats {
 // clang-format on
 
 namespace cai::device::cu {
+
+/// How the simulated driver refuses a call whose accesses race with earlier ones (nothing was
+/// enqueued): a code of the driver's enum, so that every client handles it, with a detail
+/// (caiSimGetErrorDetail, and stderr) that starts with kSimRaceDetailPrefix.
+inline constexpr CUresult kSimRaceResult = CUDA_ERROR_ILLEGAL_STATE;
+inline constexpr std::string_view kSimRaceDetailPrefix = "race: ";
 
 /// The CUDA version whose entry-point ABI is requested (cuGetProcAddress); the versions in
 /// CAI_DRIVER_ENTRIES are those it resolves to, so the two change together.

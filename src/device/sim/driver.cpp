@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "cai/core/error.h"
+#include "device/sim/entry_points.h"
 #include "device/sim/sim_driver.h"
 #include "device/sim/sim_internal.h"
 
@@ -23,135 +24,15 @@ namespace cai::device::detail {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// Trampolines: a C function per (instance slot, entry) that calls the member of the instance in
-// that slot. A fixed number of instances may live at once (tests make private ones).
+// Instance slots: a fixed number of instances may live at once (tests make private ones); each
+// slot has its own trampolines (entry_points.h).
 
-constexpr int kSlots = 16;
-std::atomic<SimDriver*> g_instances[kSlots];
-
-thread_local std::string t_detail;
-
-enum Entry : std::size_t {
-#define CAI_DETAIL_INDEX(name, ...) k_##name,
-  CAI_DRIVER_ENTRIES(CAI_DETAIL_INDEX) CAI_SIM_ENTRIES(CAI_DETAIL_INDEX)
-#undef CAI_DETAIL_INDEX
-      k_entry_count
-};
-static_assert(k_entry_count == driver_entry_count + sim_entry_count);
-
-// Whether an entry needs a current context: the driver documents CUDA_ERROR_INVALID_CONTEXT for
-// every entry but these (initialisation, errors, devices, primary contexts and the context
-// stack; cuCtxPopCurrent fails by itself on an empty stack). Of the simulator's own entries,
-// those that queue work on a stream or allocate need one, as cuLaunchHostFunc and cuMemAlloc do.
-constexpr bool needs_context(std::size_t index) {
-  switch (index) {
-    case k_cuGetErrorName:
-    case k_cuGetErrorString:
-    case k_cuInit:
-    case k_cuDriverGetVersion:
-    case k_cuDeviceGet:
-    case k_cuDeviceGetCount:
-    case k_cuDeviceGetName:
-    case k_cuDeviceGetAttribute:
-    case k_cuDeviceTotalMem:
-    case k_cuDeviceGetUuid:
-    case k_cuDevicePrimaryCtxRetain:
-    case k_cuCtxGetCurrent:
-    case k_cuCtxSetCurrent:
-    case k_cuCtxPushCurrent:
-    case k_cuCtxPopCurrent:
-      return false;
-    case k_caiSimDelay:
-    case k_caiSimLaunchHostTask:
-    case k_caiSimMemAllocChunked:
-    case k_caiSimMemFreeChunked:
-      return true;
-    default:
-      return index < driver_entry_count;
-  }
-}
-
-CUresult code_of(Errc e) {
-  switch (e) {
-    case Errc::race:
-      return CAI_SIM_ERROR_RACE;
-    case Errc::not_implemented:
-      return CUDA_ERROR_NOT_SUPPORTED;
-    default:
-      return CUDA_ERROR_INVALID_VALUE;
-  }
-}
-
-template <class Member>
-struct Trampoline;
-template <class... A>
-struct Trampoline<CUresult (SimDriver::*)(A...)> {
-  template <int Slot, std::size_t Index, CUresult (SimDriver::*M)(A...)>
-  static CUresult call(A... a) noexcept {
-    SimDriver* d = g_instances[Slot].load(std::memory_order_acquire);
-    if (d == nullptr) return CUDA_ERROR_DEINITIALIZED;
-    if (Index != k_caiSimGetErrorDetail) t_detail.clear();
-    if (const CUresult r = d->enter(Index); r != CUDA_SUCCESS) return r;
-    try {
-      if constexpr (needs_context(Index)) {
-        if (const CUresult r = d->require_context(Index); r != CUDA_SUCCESS) return r;
-      }
-      if (d->timing()) {  // the driver's own time, for benchmarks (caiSimTimeCalls)
-        const auto start = std::chrono::steady_clock::now();
-        const CUresult r = (d->*M)(a...);
-        d->add_time(
-            Index, static_cast<std::uint64_t>(
-                       std::chrono::nanoseconds(std::chrono::steady_clock::now() - start).count()));
-        return r;
-      }
-      return (d->*M)(a...);
-    } catch (const Error& e) {
-      t_detail = e.what();
-      return code_of(e.code());
-    } catch (const std::bad_alloc&) {
-      t_detail = "out of host memory";
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    } catch (const std::exception& e) {
-      t_detail = e.what();
-      return CUDA_ERROR_UNKNOWN;
-    }
-  }
-};
-
-#define CAI_DETAIL_ENTRY(name, ...) \
-  &Trampoline<decltype(&SimDriver::name)>::template call<S, k_##name, &SimDriver::name>,
-template <int S>
-const DriverApi& driver_table() {
-  static const DriverApi t{CAI_DRIVER_ENTRIES(CAI_DETAIL_ENTRY)};
-  return t;
-}
-template <int S>
-const SimApi& sim_table() {
-  static const SimApi t{CAI_SIM_ENTRIES(CAI_DETAIL_ENTRY)};
-  return t;
-}
-#undef CAI_DETAIL_ENTRY
-
-template <int S>
-CUresult get_proc_address(const char* symbol, void** fn, int version, cuuint64_t flags,
-                          CUdriverProcAddressQueryResult* found) noexcept {
-  SimDriver* d = g_instances[S].load(std::memory_order_acquire);
-  if (d == nullptr) return CUDA_ERROR_DEINITIALIZED;
-  return d->cuGetProcAddress_v2(symbol, fn, version, flags, found);
-}
-
-struct SlotTables {
-  const DriverApi& (*driver)();
-  const SimApi& (*sim)();
-  void* get_proc;
-};
 template <int... S>
-constexpr std::array<SlotTables, sizeof...(S)> slot_tables(std::integer_sequence<int, S...>) {
-  return {SlotTables{&driver_table<S>, &sim_table<S>,
-                     reinterpret_cast<void*>(&get_proc_address<S>)}...};
+constexpr std::array<const std::array<void*, abi_row_count>& (*)(), sizeof...(S)> slot_functions(
+    std::integer_sequence<int, S...>) {
+  return {&abi_functions<&slot_instance<S>>...};
 }
-const std::array<SlotTables, kSlots> g_tables =
-    slot_tables(std::make_integer_sequence<int, kSlots>{});
+const auto g_slot_functions = slot_functions(std::make_integer_sequence<int, kSimSlots>{});
 
 // ---------------------------------------------------------------------------------------------
 // Error names and texts, as the driver gives them.
@@ -185,6 +66,8 @@ constexpr ErrorText kErrors[] = {
     {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE",
      "the operation cannot be performed "
      "in the present state"},
+    {kErrorPeerAccessUnsupported, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+     "peer access is not supported between these two devices"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
     {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
@@ -192,6 +75,10 @@ constexpr ErrorText kErrors[] = {
      "encountered"},
     {CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
      "too many resources requested for launch"},
+    {kErrorPeerAccessAlreadyEnabled, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+     "peer access is already enabled"},
+    {kErrorPeerAccessNotEnabled, "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
+     "peer access has not been enabled"},
     {CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
     {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
      "part or all of the requested memory range is already mapped"},
@@ -201,7 +88,6 @@ constexpr ErrorText kErrors[] = {
     {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
-    {CAI_SIM_ERROR_RACE, "CAI_SIM_ERROR_RACE", "a data race (cai's simulated driver)"},
 };
 
 const ErrorText* find_error(CUresult r) {
@@ -236,6 +122,8 @@ std::atomic<std::uint64_t> g_next_instance{1};
 // ---------------------------------------------------------------------------------------------
 // Shared with the other files of the simulator.
 
+std::atomic<SimDriver*> g_sim_instances[kSimSlots];
+thread_local std::string t_error_detail;
 std::atomic<std::uint64_t> g_next_thread{1};
 
 HostThread::~HostThread() {
@@ -250,11 +138,11 @@ std::uint64_t this_thread_id() {
 }
 
 void set_error_detail(std::string detail) {
-  t_detail = std::move(detail);
+  t_error_detail = std::move(detail);
 }
 
 CUresult fail(CUresult r, std::string detail) {
-  t_detail = std::move(detail);
+  t_error_detail = std::move(detail);
   return r;
 }
 
@@ -268,7 +156,7 @@ std::string hex_text(std::uint64_t v) {
 // Construction and teardown.
 
 SimDriver::SimDriver(int devices)
-    : devices_(devices),
+    : devices_(static_cast<int>(visible_devices(devices).size())),
       instance_(g_next_instance.fetch_add(1)),
       calls_(new std::atomic<std::uint64_t>[k_entry_count]),
       times_(new std::atomic<std::uint64_t>[k_entry_count]) {
@@ -278,25 +166,26 @@ SimDriver::SimDriver(int devices)
                                        std::to_string(kMaxDevices));
   }
   for (std::size_t i = 0; i < k_entry_count; ++i) calls_[i] = times_[i] = 0;
-  device_state_.resize(static_cast<std::size_t>(devices));
+  physical_ = visible_devices(devices);
+  device_state_.resize(static_cast<std::size_t>(devices_));
   host_ = {0, std::make_shared<const std::string>("the host")};
-  for (int d = 0; d < devices; ++d) {
+  for (int d = 0; d < devices_; ++d) {
     std::string label = "legacy default stream";
-    if (devices > 1) label += " of device " + std::to_string(d);
+    if (devices_ > 1) label += " of device " + std::to_string(d);
     auto s = new_stream_locked(1, std::move(label), d, false);
     s->legacy = true;
     device_state_[static_cast<std::size_t>(d)].legacy = std::move(s);
   }
-  for (int i = 0; i < kSlots; ++i) {
+  for (int i = 0; i < kSimSlots; ++i) {
     SimDriver* expected = nullptr;
-    if (g_instances[i].compare_exchange_strong(expected, this)) {
+    if (g_sim_instances[i].compare_exchange_strong(expected, this)) {
       slot_ = i;
       break;
     }
   }
   if (slot_ < 0) {
     throw_error(Errc::device_error,
-                "simulator: more than " + std::to_string(kSlots) + " simulated drivers at once");
+                "simulator: more than " + std::to_string(kSimSlots) + " simulated drivers at once");
   }
   LiveInstances& l = live();
   std::lock_guard g(l.mu);
@@ -321,7 +210,7 @@ SimDriver::~SimDriver() {
     pool.swap(pool_);
   }
   for (std::thread& t : pool) t.join();
-  g_instances[slot_].store(nullptr, std::memory_order_release);
+  g_sim_instances[slot_].store(nullptr, std::memory_order_release);
   for (auto& [base, a] : memory_) {
     if (a.kind == Kind::pinned || a.kind == Kind::managed) free_host_block(a.host);
     if (a.kind == Kind::opened) unreserve_addresses(base, (a.size + 4095) / 4096 * 4096);
@@ -353,48 +242,14 @@ int sim_devices_from_env() {
 // Symbols, calls and injected errors.
 
 void* SimDriver::symbol(const char* name) const {
-  const SlotTables& t = g_tables[static_cast<std::size_t>(slot_)];
-  const DriverApi& a = t.driver();
-  const std::string_view n(name);
-  if (n == "cuGetProcAddress_v2") return t.get_proc;
-  if (n == "cuGetErrorName") return reinterpret_cast<void*>(a.cuGetErrorName);
-  if (n == "cuGetErrorString") return reinterpret_cast<void*>(a.cuGetErrorString);
-  if (n == "cuInit") return reinterpret_cast<void*>(a.cuInit);
-  if (n == "cuDriverGetVersion") return reinterpret_cast<void*>(a.cuDriverGetVersion);
-  return nullptr;
-}
-
-CUresult SimDriver::cuGetProcAddress_v2(const char* symbol, void** fn, int version,
-                                        cuuint64_t flags, CUdriverProcAddressQueryResult* found) {
-  if (symbol == nullptr || fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  (void)flags;
-  const SlotTables& t = g_tables[static_cast<std::size_t>(slot_)];
-  const DriverApi& a = t.driver();
-  const SimApi& s = t.sim();
-  *fn = nullptr;
-  const std::string_view n(symbol);
-#define CAI_DETAIL_FIND(name, ...) \
-  if (n == #name) *fn = reinterpret_cast<void*>(a.name);
-  CAI_DRIVER_ENTRIES(CAI_DETAIL_FIND)
-#undef CAI_DETAIL_FIND
-#define CAI_DETAIL_FIND(name, ...) \
-  if (n == #name) *fn = reinterpret_cast<void*>(s.name);
-  CAI_SIM_ENTRIES(CAI_DETAIL_FIND)
-#undef CAI_DETAIL_FIND
-  const bool ok = *fn != nullptr && version >= kDriverApiVersion;
-  if (*fn != nullptr && !ok) *fn = nullptr;
-  if (found != nullptr) {
-    *found = ok ? CU_GET_PROC_ADDRESS_SUCCESS
-                : (*fn == nullptr && version < kDriverApiVersion
-                       ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
-                       : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-  }
-  return ok ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+  const std::size_t row = find_symbol(name);
+  return row == abi_row_count ? nullptr : g_slot_functions[static_cast<std::size_t>(slot_)]()[row];
 }
 
 CUresult SimDriver::enter(std::size_t index) noexcept {
   calls_[index].fetch_add(1, std::memory_order_relaxed);
-  if (!initialized_ && index > k_cuDriverGetVersion && index < driver_entry_count) {
+  if (!initialized_ && index > k_cuDriverGetVersion &&
+      (index < driver_entry_count || index >= sim_entries_end)) {
     return fail(CUDA_ERROR_NOT_INITIALIZED, "cuInit has not been called");
   }
   if (!any_injection_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
@@ -409,20 +264,15 @@ CUresult SimDriver::enter(std::size_t index) noexcept {
   const CUresult r = inj.result;
   if (--inj.times == 0) injections_.erase(it);
   if (injections_.empty()) any_injection_ = false;
-  return fail(r, std::string("injected by caiSimInjectError(\"") +
-                     (index < driver_entry_count ? driver_entry_names[index]
-                                                 : sim_entry_names[index - driver_entry_count]) +
-                     "\")");
+  return fail(r, std::string("injected by caiSimInjectError(\"") + entry_names[index] + "\")");
 }
 
 CUresult SimDriver::caiSimInjectError(const char* entry, CUresult result, unsigned int skip,
                                       unsigned int times) {
   if (entry == nullptr || times == 0) return fail(CUDA_ERROR_INVALID_VALUE, "no entry or times 0");
   std::size_t index = k_entry_count;
-  for (std::size_t i = 0; i < driver_entry_count; ++i)
-    if (std::strcmp(entry, driver_entry_names[i]) == 0) index = i;
-  for (std::size_t i = 0; i < sim_entry_count; ++i)
-    if (std::strcmp(entry, sim_entry_names[i]) == 0) index = driver_entry_count + i;
+  for (std::size_t i = 0; i < k_entry_count; ++i)
+    if (std::strcmp(entry, entry_names[i]) == 0) index = i;
   if (index == k_entry_count)
     return fail(CUDA_ERROR_INVALID_VALUE, std::string("no entry point named ") + entry);
   std::lock_guard g(inject_mu_);
@@ -460,7 +310,7 @@ CUresult SimDriver::caiSimGetCallTimes(unsigned long long* ns, std::size_t count
 
 CUresult SimDriver::caiSimGetErrorDetail(const char** detail) {
   if (detail == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *detail = t_detail.empty() ? nullptr : t_detail.c_str();
+  *detail = t_error_detail.empty() ? nullptr : t_error_detail.c_str();
   return CUDA_SUCCESS;
 }
 
@@ -483,6 +333,8 @@ CUresult SimDriver::cuGetErrorString(CUresult error, const char** text) {
 
 CUresult SimDriver::cuInit(unsigned int flags) {
   if (flags != 0) return fail(CUDA_ERROR_INVALID_VALUE, "cuInit: flags must be 0");
+  if (devices_ == 0)
+    return fail(CUDA_ERROR_NO_DEVICE, "CUDA_VISIBLE_DEVICES leaves no simulated device");
   initialized_ = true;
   return CUDA_SUCCESS;
 }
@@ -498,7 +350,7 @@ CUresult SimDriver::cuDriverGetVersion(int* version) {
 
 CUresult SimDriver::cuDeviceGetCount(int* count) {
   if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *count = devices_;
+  *count = devices_;  // those CUDA_VISIBLE_DEVICES leaves
   return CUDA_SUCCESS;
 }
 
@@ -507,7 +359,8 @@ CUresult SimDriver::cuDeviceGet(CUdevice* device, int ordinal) {
   if (ordinal < 0 || ordinal >= devices_)
     return fail(CUDA_ERROR_INVALID_DEVICE,
                 "device " + std::to_string(ordinal) + " out of range; the simulator has " +
-                    std::to_string(devices_) + " device(s) (CAI_SIM_DEVICES)");
+                    std::to_string(devices_) +
+                    " device(s) (CAI_SIM_DEVICES, then CUDA_VISIBLE_DEVICES)");
   *device = ordinal;
   return CUDA_SUCCESS;
 }
@@ -528,23 +381,8 @@ CUresult SimDriver::cuDeviceGetAttribute(int* value, CUdevice_attribute attribut
                                          CUdevice device) {
   CAI_SIM_CHECK_DEVICE(device)
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  switch (attribute) {
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
-      *value = 9;
-      return CUDA_SUCCESS;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
-      *value = 0;
-      return CUDA_SUCCESS;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
-      *value = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      return CUDA_SUCCESS;
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
-    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
-      *value = 1;
-      return CUDA_SUCCESS;
-  }
+  if (device_attribute(attribute, physical_[static_cast<std::size_t>(device)], *value))
+    return CUDA_SUCCESS;
   return fail(
       CUDA_ERROR_INVALID_VALUE,
       "device attribute " + std::to_string(static_cast<int>(attribute)) + " is not simulated");
@@ -563,14 +401,17 @@ CUresult SimDriver::cuDeviceGetUuid(CUuuid* uuid, CUdevice device) {
   // The same in every process, so that an IPC handle finds its device by uuid.
   const char tag[] = "cai-sim-device";
   std::memcpy(uuid->bytes, tag, 14);
-  uuid->bytes[14] = static_cast<char>(device >> 8);
-  uuid->bytes[15] = static_cast<char>(device & 0xff);
+  const int physical = physical_[static_cast<std::size_t>(device)];
+  uuid->bytes[14] = static_cast<char>(physical >> 8);
+  uuid->bytes[15] = static_cast<char>(physical & 0xff);
   return CUDA_SUCCESS;
 }
 
 CUresult SimDriver::cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
   CAI_SIM_CHECK_DEVICE(device)
   if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(mu_);
+  ++device_state_[static_cast<std::size_t>(device)].primary_refs;
   *context = context_handle(instance_, device);
   return CUDA_SUCCESS;
 }
@@ -583,7 +424,7 @@ CUresult SimDriver::cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device
 int SimDriver::current_locked() {
   auto it = contexts_.find(this_thread_id());
   if (it == contexts_.end() || it->second.empty()) return -1;
-  return it->second.back();
+  return context_device_locked(reinterpret_cast<CUcontext>(it->second.back()));
 }
 
 CUresult SimDriver::need_context_locked(int& device) {
@@ -597,19 +438,19 @@ CUresult SimDriver::need_context_locked(int& device) {
 CUresult SimDriver::require_context(std::size_t index) {
   std::lock_guard lk(mu_);
   if (current_locked() >= 0) return CUDA_SUCCESS;
-  return fail(
-      CUDA_ERROR_INVALID_CONTEXT,
-      std::string(index < driver_entry_count ? driver_entry_names[index]
-                                             : sim_entry_names[index - driver_entry_count]) +
-          " needs a current context; this thread has none (cuCtxSetCurrent or "
-          "cuCtxPushCurrent first)");
+  return fail(CUDA_ERROR_INVALID_CONTEXT,
+              std::string(entry_names[index]) +
+                  " needs a current context; this thread has none (cuCtxSetCurrent or "
+                  "cuCtxPushCurrent first)");
 }
 
 CUresult SimDriver::cuCtxGetCurrent(CUcontext* context) {
   if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(mu_);
-  const int d = current_locked();
-  *context = d < 0 ? nullptr : context_handle(instance_, d);
+  auto it = contexts_.find(this_thread_id());
+  *context = it == contexts_.end() || it->second.empty()
+                 ? nullptr
+                 : reinterpret_cast<CUcontext>(it->second.back());
   return CUDA_SUCCESS;
 }
 
@@ -621,24 +462,23 @@ CUresult SimDriver::cuCtxSetCurrent(CUcontext context) {
     if (!stack.empty()) stack.pop_back();
     return CUDA_SUCCESS;
   }
-  const int d = context_device(instance_, context, devices_);
-  if (d < 0) return fail(CUDA_ERROR_INVALID_CONTEXT, "not a context of the simulator");
+  if (context_device_locked(context) < 0)
+    return fail(CUDA_ERROR_INVALID_CONTEXT, "not a context of the simulator");
   if (stack.empty()) {
-    stack.push_back(d);
+    stack.push_back(handle_value(context));
   } else {
-    stack.back() = d;
+    stack.back() = handle_value(context);
   }
   return CUDA_SUCCESS;
 }
 
 CUresult SimDriver::cuCtxPushCurrent(CUcontext context) {
   std::lock_guard lk(mu_);
-  const int d = context_device(instance_, context, devices_);
-  if (d < 0)
+  if (context_device_locked(context) < 0)
     return fail(CUDA_ERROR_INVALID_CONTEXT, context == nullptr
                                                 ? "cuCtxPushCurrent(NULL): no context to push"
                                                 : "not a context of the simulator");
-  contexts_[this_thread_id()].push_back(d);
+  contexts_[this_thread_id()].push_back(handle_value(context));
   return CUDA_SUCCESS;
 }
 
@@ -646,7 +486,7 @@ CUresult SimDriver::cuCtxPopCurrent(CUcontext* context) {
   std::lock_guard lk(mu_);
   auto& stack = contexts_[this_thread_id()];
   if (stack.empty()) return fail(CUDA_ERROR_INVALID_CONTEXT, "the context stack is empty");
-  if (context != nullptr) *context = context_handle(instance_, stack.back());
+  if (context != nullptr) *context = reinterpret_cast<CUcontext>(stack.back());
   stack.pop_back();
   return CUDA_SUCCESS;
 }

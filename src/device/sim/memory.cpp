@@ -138,8 +138,10 @@ CUresult SimDriver::reach_locked(std::uint64_t lo, std::uint64_t hi, int device,
 
 void SimDriver::give_back_locked(std::uint64_t base, const Allocation& a) {
   switch (a.kind) {
-    case Kind::device:
     case Kind::pool:
+      device_state_[static_cast<std::size_t>(a.device)].pool_used -= a.size;
+      [[fallthrough]];
+    case Kind::device:
     case Kind::chunk:
       heap_locked(a.device).release(base, a.size);
       break;
@@ -204,6 +206,9 @@ CUresult SimDriver::cuMemAllocAsync(CUdeviceptr* ptr, std::size_t bytes, CUstrea
   a.device = s->device;
   a.host = heap.alias(base);
   *ptr = add_allocation_locked(base, std::move(a));
+  DeviceState& ds = device_state_[static_cast<std::size_t>(s->device)];
+  ds.pool_used += bytes;
+  ds.pool_used_high = std::max(ds.pool_used_high, ds.pool_used);
   return CUDA_SUCCESS;
 }
 
@@ -462,10 +467,7 @@ CUresult SimDriver::attributes_locked(unsigned int count, const CUpointer_attrib
       case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
         // The device's default pool, as a recognisable non-null value.
         *static_cast<CUmemoryPool*>(d) =
-            a && a->kind == Kind::pool
-                ? reinterpret_cast<CUmemoryPool>(static_cast<std::uintptr_t>(
-                      0x9001000000 + instance_ * 256 + static_cast<unsigned>(a->device)))
-                : nullptr;
+            a && a->kind == Kind::pool ? pool_handle(instance_, a->device) : nullptr;
         break;
       default:
         return fail(CUDA_ERROR_INVALID_VALUE, "pointer attribute " +
@@ -578,22 +580,7 @@ CUresult SimDriver::cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_context, CU
 CUresult SimDriver::cuMemsetD8Async(CUdeviceptr dst, unsigned char value, std::size_t bytes,
                                     CUstream h) {
   std::lock_guard lk(mu_);
-  std::shared_ptr<Stream> s;
-  if (CUresult r = resolve_locked(h, s)) return r;
-  if (bytes == 0) return CUDA_SUCCESS;
-  if (dst == 0 || dst + bytes < dst)
-    return fail(CUDA_ERROR_INVALID_VALUE, "cuMemsetD8Async: a null or wrapping range");
-  std::int64_t delta = 0;
-  if (CUresult r =
-          reach_locked(dst, dst + bytes, s->device, false, CUDA_ERROR_INVALID_VALUE, "dst", delta))
-    return r;
-  const AccessRun runs[] = {{dst, dst + bytes, true}};
-  Op op;
-  op.name = "cuMemsetD8Async";
-  op.fn = [to = reinterpret_cast<std::byte*>(static_cast<std::intptr_t>(dst) + delta), value,
-           bytes] { std::memset(to, value, bytes); };
-  enqueue_locked(s, std::move(op), runs);
-  return CUDA_SUCCESS;
+  return memset_locked(dst, value, 1, bytes, h, "cuMemsetD8Async");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include "cai/core/error.h"
 #include "cai/core/strided.h"
 #include "device/checks.h"
+#include "device/driver/api.h"
 
 namespace cai::device::detail {
 
@@ -157,7 +158,7 @@ void RaceDetector::check_and_record(std::span<const AccessRun> runs, const Who& 
 void RaceDetector::report(const std::vector<Conflict>& conflicts, const Who& who,
                           std::string_view name) const {
   constexpr std::size_t kListed = 8;
-  std::string msg = "race: ";
+  std::string msg(cu::kSimRaceDetailPrefix);
   for (std::size_t i = 0; i < conflicts.size() && i < kListed; ++i) {
     const Conflict& c = conflicts[i];
     std::string range = "[";  // built by appending: GCC 12 warns falsely on "[" + string

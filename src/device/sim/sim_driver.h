@@ -33,6 +33,8 @@
 #include "cai/core/strided.h"
 #include "device/driver/api.h"
 #include "device/shared_memory.h"
+#include "device/sim/abi_table.h"
+#include "device/sim/client_entries.h"
 #include "device/sim/device_heap.h"
 #include "device/sim/race_detector.h"
 
@@ -49,17 +51,23 @@ class SimDriver {
   SimDriver(const SimDriver&) = delete;
   SimDriver& operator=(const SimDriver&) = delete;
 
-  /// The exported symbols of this instance, for load_driver().
+  /// The function this instance exports as `name` (as dlsym finds it in the exported
+  /// library), for load_driver().
   void* symbol(const char* name) const;
 
 #define CAI_DETAIL_MEMBER(name, version, params) CUresult name params;
 #define CAI_DETAIL_SIM_MEMBER(name, params) CUresult name params;
   CAI_DRIVER_ENTRIES(CAI_DETAIL_MEMBER)
   CAI_SIM_ENTRIES(CAI_DETAIL_SIM_MEMBER)
+  CAI_SIM_CLIENT_ENTRIES(CAI_DETAIL_MEMBER)
 #undef CAI_DETAIL_MEMBER
 #undef CAI_DETAIL_SIM_MEMBER
-  CUresult cuGetProcAddress_v2(const char* symbol, void** fn, int version, cuuint64_t flags,
-                               CUdriverProcAddressQueryResult* found);
+  /// The ABIs whose signature differs from the member of their name (abi_table.h, abi.cpp).
+#define CAI_DETAIL_IGNORE(...)
+#define CAI_DETAIL_ADAPTER(name, version, symbol, params) CUresult symbol params;
+  CAI_SIM_ABI_TABLE(CAI_DETAIL_IGNORE, CAI_DETAIL_ADAPTER, CAI_DETAIL_IGNORE)
+#undef CAI_DETAIL_IGNORE
+#undef CAI_DETAIL_ADAPTER
 
   /// Called when a host thread exits: its per-thread default streams are released.
   void on_thread_exit(std::uint64_t thread_id);
@@ -108,6 +116,7 @@ class SimDriver {
     int device = 0;
     bool non_blocking = false;
     bool legacy = false;
+    int priority = 0;                    ///< cuStreamCreateWithPriority, clamped to the range
     RaceDetector::Actor slot = kNoSlot;  ///< its vector-clock slot, taken at its first access
     VectorClock clock;
     std::deque<Op> queue;
@@ -166,12 +175,19 @@ class SimDriver {
     std::shared_ptr<SharedMapping> mapping;  ///< opened memory: the other process's segment
     std::uint64_t opened_refs = 0;           ///< opened memory: cuIpcOpenMemHandle count
     std::uint32_t export_slot = ~0u;         ///< the export-table slot when shared
+    unsigned host_flags = 0;                 ///< pinned memory: cuMemHostAlloc's flags
   };
   struct DeviceState {
     std::shared_ptr<Stream> legacy;
     VectorClock retired_blocking;  ///< clocks of destroyed blocking streams
     VectorClock retired_all;       ///< clocks of all destroyed streams
     std::unique_ptr<DeviceHeap> heap;
+    int primary_refs = 0;           ///< cuDevicePrimaryCtxRetain minus Release
+    unsigned primary_flags = 0;     ///< cuDevicePrimaryCtxSetFlags
+    int pool_reuse[3] = {1, 1, 1};  ///< the default pool's three reuse attributes
+    std::uint64_t pool_release_threshold = 0;
+    std::uint64_t pool_used = 0;       ///< bytes of stream-ordered allocations
+    std::uint64_t pool_used_high = 0;  ///< and their high watermark
   };
   struct Module {
     std::set<std::string, std::less<>> entries;  ///< entry names the image declares
@@ -244,6 +260,20 @@ class SimDriver {
                        std::size_t bytes, CUstream stream, const char* name,
                        std::optional<int> dst_device, std::optional<int> src_device);
   SharedMapping& export_table_locked();
+  // Client entries (client*.cpp).
+  /// The device of a context of this instance (primary or cuCtxCreate'd), or -1.
+  int context_device_locked(CUcontext c) const;
+  /// A synchronous copy or memset: enqueued on the legacy default stream; waits when `wait`.
+  CUresult sync_locked(std::unique_lock<std::mutex>& lk, bool wait);
+  /// A memset of `count` elements of `size` bytes of `pattern` (cuMemsetD8/16/32 and Async).
+  CUresult memset_locked(CUdeviceptr dst, unsigned pattern, std::size_t size, std::size_t count,
+                         CUstream stream, const char* name, bool* host_target = nullptr);
+  /// Whether ptr is in device memory (not host memory of any kind).
+  bool device_memory_locked(std::uint64_t ptr) const;
+  /// The device of one of this instance's default pools, or -1.
+  int pool_device(CUmemoryPool pool) const;
+  /// Frees every resource of `device`'s primary context (its last release, or a reset).
+  void reset_device_locked(std::unique_lock<std::mutex>& lk, int device);
 
   const int devices_;
   const std::uint64_t instance_;
@@ -272,8 +302,13 @@ class SimDriver {
     std::uint64_t epoch = 0;
   };
   std::vector<RetiredSlot> retired_slots_;
-  RaceDetector::Actor slot_count_ = 1;                  // slot 0 is the host
-  std::map<std::uint64_t, std::vector<int>> contexts_;  // by host thread: the context stack
+  RaceDetector::Actor slot_count_ = 1;                            // slot 0 is the host
+  std::map<std::uint64_t, std::vector<std::uint64_t>> contexts_;  // by host thread: the context
+                                                                  // stack (handle values)
+  std::map<std::uint64_t, std::pair<int, unsigned>> created_contexts_;  // cuCtxCreate: handle ->
+                                                                        // device, flags
+  std::uint64_t next_context_ = 0;
+  std::vector<int> physical_;  // device ordinal -> simulated device (CUDA_VISIBLE_DEVICES)
   std::vector<DeviceState> device_state_;
   std::uint64_t next_handle_ = 0;
   std::shared_ptr<SharedMapping> event_table_;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "device/driver/abi.h"
 
@@ -43,6 +44,21 @@ inline int context_device(std::uint64_t instance, CUcontext c, int devices) {
   if (v < base || v >= base + static_cast<std::uint64_t>(devices)) return -1;
   return static_cast<int>(v - base);
 }
+
+/// Contexts of cuCtxCreate: never reused, per instance.
+inline constexpr std::uint64_t kCreatedContextBase = 0xc100000000;
+inline constexpr std::uint64_t kCreatedContextsPerInstance = std::uint64_t{1} << 24;
+/// The default memory pool of each device (cuDeviceGetMemPool), as a recognisable value.
+inline constexpr std::uint64_t kPoolBase = 0x9001000000;
+inline CUmemoryPool pool_handle(std::uint64_t instance, int device) {
+  return reinterpret_cast<CUmemoryPool>(
+      static_cast<std::uintptr_t>(kPoolBase + instance * 256 + static_cast<unsigned>(device)));
+}
+
+/// The simulated devices CUDA_VISIBLE_DEVICES leaves of `physical`, in its order (all when unset).
+std::vector<int> visible_devices(int physical);
+/// A device attribute of simulated device `physical`; false when the attribute is not simulated.
+bool device_attribute(int attribute, int physical, int& value);
 
 inline std::uint64_t handle_value(const void* h) {
   return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(h));

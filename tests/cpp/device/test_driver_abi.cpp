@@ -4,6 +4,7 @@
 // and most checks are static_asserts, so a wrong value or signature fails the build.
 
 #include <cuda.h>
+#include <cudaProfilerTypedefs.h>
 #include <cudaTypedefs.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <type_traits>
 
 #include "device/driver/api.h"
+#include "device/sim/sim_driver.h"
 
 namespace {
 
@@ -63,6 +65,31 @@ inline constexpr bool same_abi = std::is_same_v<typename Abi<A>::type, typename 
 CAI_DRIVER_ENTRIES(CAI_CHECK_ENTRY)
 #undef CAI_CHECK_ENTRY
 static_assert(same_abi<cu::GetProcAddressFn, PFN_cuGetProcAddress_v12000>);
+
+// Every row of the simulated driver's ABI table (what libcuda.so.1 exports under each version)
+// against the PFN type of its version; per-thread rows against the _ptsz / _ptds one.
+template <class T>
+struct Function;
+template <class... A>
+struct Function<cu::CUresult (cai::device::detail::SimDriver::*)(A...)> {
+  using type = cu::CUresult (*)(A...);
+};
+template <auto M>
+using FunctionOf = typename Function<decltype(M)>::type;
+using cai::device::detail::SimDriver;
+#define CAI_CHECK_ROW(name, version, symbol)                                     \
+  static_assert(same_abi<FunctionOf<&SimDriver::name>, PFN_##name##_v##version>, \
+                #symbol " differs from PFN_" #name "_v" #version);
+#define CAI_CHECK_ADAPTER(name, version, symbol, params)                           \
+  static_assert(same_abi<FunctionOf<&SimDriver::symbol>, PFN_##name##_v##version>, \
+                #symbol " differs from PFN_" #name "_v" #version);
+#define CAI_CHECK_PER_THREAD(name, version, kind, symbol, member)                           \
+  static_assert(same_abi<FunctionOf<&SimDriver::member>, PFN_##name##_v##version##_##kind>, \
+                #symbol " differs from PFN_" #name "_v" #version "_" #kind);
+CAI_SIM_ABI_TABLE(CAI_CHECK_ROW, CAI_CHECK_ADAPTER, CAI_CHECK_PER_THREAD)
+#undef CAI_CHECK_ROW
+#undef CAI_CHECK_ADAPTER
+#undef CAI_CHECK_PER_THREAD
 static_assert(cu::kDriverApiVersion >= 12000, "cuGetProcAddress_v2 is CUDA 12.0's");
 
 // The handle types are cuda.h's own.
@@ -71,6 +98,7 @@ static_assert(std::is_same_v<cu::CUcontext, ::CUcontext> &&
 static_assert(std::is_same_v<cu::CUevent, ::CUevent> && std::is_same_v<cu::CUmodule, ::CUmodule>);
 static_assert(std::is_same_v<cu::CUfunction, ::CUfunction>);
 static_assert(std::is_same_v<cu::CUmemoryPool, ::CUmemoryPool>);
+static_assert(std::is_same_v<cu::CUgreenCtx, ::CUgreenCtx>);
 static_assert(std::is_same_v<cu::CUhostFn, ::CUhostFn>);
 static_assert(std::is_same_v<cu::CUdeviceptr, ::CUdeviceptr> &&
               std::is_same_v<cu::CUdevice, ::CUdevice>);
@@ -144,6 +172,7 @@ CAI_SAME(CU_MEM_ATTACH_HOST)
 CAI_SAME(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
 CAI_SAME(CU_GET_PROC_ADDRESS_DEFAULT)
 CAI_SAME(CU_GET_PROC_ADDRESS_LEGACY_STREAM)
+CAI_SAME(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
 CAI_SAME(CU_GET_PROC_ADDRESS_SUCCESS)
 CAI_SAME(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)
 CAI_SAME(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
@@ -151,9 +180,8 @@ CAI_SAME(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
 static_assert(cu::kMemHostRegisterPortable == CU_MEMHOSTREGISTER_PORTABLE);
 static_assert(cu::kMemHostRegisterDeviceMap == CU_MEMHOSTREGISTER_DEVICEMAP);
 
-// The simulator's own codes must never be a driver's.
-static_assert(static_cast<long long>(cu::CAI_SIM_ERROR_RACE) >
-              static_cast<long long>(::CUDA_ERROR_UNKNOWN));
+// The simulator reports a race with a code of the driver's enum.
+static_assert(cu::kSimRaceResult == ::CUDA_ERROR_ILLEGAL_STATE);
 
 // The two default-stream handles are macros in cuda.h (casts, not constant expressions).
 TEST(DriverAbi, DefaultStreamHandlesAreTheDrivers) {
