@@ -136,7 +136,9 @@ template <class... A, CUresult (SimDriver::*M)(A...)>
 struct Trampoline<CUresult (SimDriver::*)(A...), M> {
   template <InstanceGetter Get, std::size_t Index, bool PerThread>
   static CUresult call(A... a) noexcept {
-    if constexpr (Index != k_caiSimGetErrorDetail) t_error_detail.clear();
+    // The detail needs no instance: it also says why making the instance failed.
+    if constexpr (Index == k_caiSimGetErrorDetail) return SimDriver::error_detail(a...);
+    t_error_detail.clear();
     try {
       SimDriver* d = Get();
       if (d == nullptr) return CUDA_ERROR_DEINITIALIZED;
