@@ -111,7 +111,7 @@ class Row:
 
     @property
     def over_floor(self):
-        if self.cai and self.floor:
+        if self.cai and self.floor and self.floor.median > 0:  # 0: under the clock's resolution
             return self.cai.median / self.floor.median
         return None
 

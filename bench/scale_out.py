@@ -6,7 +6,7 @@ size (docs/scale-out.md; results in docs/benchmarks.md, "Scale-out round trips")
     .venv/bin/python bench/scale_out.py --quick    # smoke run (tiny sizes and counts)
     .venv/bin/python bench/scale_out.py mpi        # or dask: one engine only
 
-MPI: `mpiexec -n 2` (the MPICH wheel of requirements.txt) runs a ping-pong, Send then Recv
+MPI: `mpiexec -n 2` (the MPICH wheel of requirements-dev.txt) runs a ping-pong, Send then Recv
 back, of a buffer; the cai side calls arr.synchronize() before each Send, as a program must.
 That MPI is not CUDA-aware, so the cai buffer is a managed array (cai.managed_array), which
 the host reaches too; a CUDA-aware MPI would take a device array.

@@ -2,9 +2,19 @@
 # The GPU check, in one command, on a machine with an NVIDIA GPU and no network (docs/gpu.md).
 # Built for a lent machine: at most 10 minutes a command, 15 minutes a session, start included.
 #
-#   scripts/gpu-check.sh                                  # every step, results in $OUT
+#   scripts/gpu-check.sh --quick                          # the essentials, within 8 minutes
+#   scripts/gpu-check.sh --part 1                         # the rest, in parts (1 to 6) of at
+#                                                         # most 9 minutes each
+#   scripts/gpu-check.sh                                  # every step (more than one command)
 #   GPU_CHECK_STEPS=fast scripts/gpu-check.sh              # phase 1 only (about 3 minutes)
 #   GPU_CHECK_STEPS="install pytest-ordering" scripts/gpu-check.sh   # only these steps
+#
+# --quick and --part N choose the steps by the PLAN's last column and set the budget (480 s for
+# --quick, 540 s for a part) unless GPU_CHECK_BUDGET is set; a part builds what its steps need
+# first (install, or cpp), incrementally on a warm machine. Where there is no GPU (no NVIDIA
+# driver, nvidia-smi finds none, or CAI_BACKEND set to something else than cuda) the script stops
+# at once, saying why, with exit status 3 (GPU_CHECK_ALLOW_NO_GPU=1 runs it anyway: its own
+# tests). On exit, or when stopped (INT, TERM), it ends every process it started.
 #
 # THE STEPS, in the order they run (the PLAN below is the list the script follows):
 #
@@ -61,29 +71,33 @@ cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 SELF=$ROOT/scripts/gpu-check.sh
 
-# name  group  max-seconds  min-seconds  junit ("-": none). Phase 1 is the group "fast".
+# name  group  max-seconds  min-seconds  junit ("-": none)  part. Phase 1 is the group "fast".
+# part: "q" for --quick, N for --part N; a part runs facts and the build its steps need
+# (install, or cpp for ctest-rest) first. The maxima on a run's longest chain add up to at
+# most its budget (docs/gpu.md).
 PLAN="
-facts                 fast     30   0  -
-cpp                   fast    200  60  -
-ctest-cuda            fast     90  15  ctest-cuda.xml
-install               fast    220  60  -
-example               fast     90  20  -
-regressions           fast     90  20  regressions.xml
-regressions-ext       fast     60  10  regressions-ext.xml
-pytest-ordering       pytest   90  20  pytest-ordering.xml
-pytest-add_extension  pytest   60  15  pytest-add_extension.xml
-pytest-costs          pytest   45  10  pytest-costs.xml
-pytest-lifetime       pytest   60  15  pytest-lifetime.xml
-pytest-threads        pytest   90  20  pytest-threads.xml
-pytest-interop        pytest  150  30  pytest-interop.xml
-pytest-ipc            pytest  120  30  pytest-ipc.xml
-pytest-package        pytest   90  20  pytest-package.xml
-sanitizer             -       150  40  -
-pytest-memory         pytest   90  20  pytest-memory.xml
-pytest-rest           pytest   90  15  pytest-rest.xml
-bench                 -       150  40  -
-ctest-rest            -       240  60  ctest-rest.xml
+facts                 fast     30   0  -                         q
+cpp                   fast    200  60  -                         q
+ctest-cuda            fast     90  15  ctest-cuda.xml            q
+install               fast    220  60  -                         q
+example               fast     90  20  -                         1
+regressions           fast     70  20  regressions.xml           q
+regressions-ext       fast     60  10  regressions-ext.xml       1
+pytest-ordering       pytest   70  20  pytest-ordering.xml       q
+pytest-add_extension  pytest   60  15  pytest-add_extension.xml  1
+pytest-costs          pytest   45  10  pytest-costs.xml          1
+pytest-lifetime       pytest   60  15  pytest-lifetime.xml       2
+pytest-threads        pytest   90  20  pytest-threads.xml        3
+pytest-interop        pytest  150  30  pytest-interop.xml        2
+pytest-ipc            pytest   90  30  pytest-ipc.xml            q
+pytest-package        pytest   90  20  pytest-package.xml        3
+sanitizer             -       150  40  -                         4
+pytest-memory         pytest   90  20  pytest-memory.xml         3
+pytest-rest           pytest   90  15  pytest-rest.xml           4
+bench                 -       150  40  -                         6
+ctest-rest            -       240  60  ctest-rest.xml            5
 "
+PARTS=6
 # The CUDA ctest group: the backend on the real driver (the /cuda instances skip themselves
 # without one), the pool and chunk cases, backend selection, the loader, the ABI against cuda.h.
 CTEST_CUDA_REGEX='/cuda$|^backend_pools\.|^backend_select\.|^driver_loader\.|^DriverAbi\.'
@@ -98,17 +112,77 @@ export CMAKE_BUILD_PARALLEL_LEVEL=$JOBS
 export PYTHONUNBUFFERED=1
 export CPP_BUILD=$ROOT/build/gpu-cpp
 export EXT_BUILD=$ROOT/build/gpu-add_extension
-BUDGET=${GPU_CHECK_BUDGET:-540}
+MODE=all
+case "${1:-}" in
+  --quick) MODE=quick ;;
+  --part)
+    MODE=part
+    PART=${2:-}
+    if ! [[ $PART =~ ^[1-9][0-9]*$ ]] || [ "$PART" -gt "$PARTS" ]; then
+      echo "gpu-check.sh: --part takes a number from 1 to $PARTS, got '${PART}'" >&2
+      exit 2
+    fi ;;
+  --step | "") ;;
+  *) echo "gpu-check.sh: unknown option $1 (expected --quick, --part N or nothing)" >&2; exit 2 ;;
+esac
+BUDGET=${GPU_CHECK_BUDGET:-$([ "$MODE" = quick ] && echo 480 || echo 540)}
 STEPS=${GPU_CHECK_STEPS:-all}
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
 command -v nvcc >/dev/null 2>&1 && export CUDACXX=${CUDACXX:-$(command -v nvcc)}
 
-plan_field() {  # name field-number (1 name, 2 group, 3 max, 4 min, 5 junit)
+plan_field() {  # name field-number (1 name, 2 group, 3 max, 4 min, 5 junit, 6 part)
   awk -v n="$1" -v f="$2" '$1 == n {print $f}' <<<"$PLAN"
 }
 plan_names() { awk 'NF {print $1}' <<<"$PLAN"; }
+part_names() { awk -v p="$1" 'NF && $6 == p {print $1}' <<<"$PLAN"; }
+
+# The steps of --quick or --part N: facts, the part's steps, and the build they need.
+mode_steps() {
+  local names n build=""
+  if [ "$MODE" = quick ]; then
+    part_names q | paste -sd' '
+    return
+  fi
+  names=$(part_names "$PART")
+  for n in $names; do
+    case $n in
+      ctest-rest) build+=" cpp" ;;
+      *) [[ $build == *install* ]] || build+=" install" ;;
+    esac
+  done
+  echo "facts$build $names" | tr '\n' ' '
+}
+
+# Why this machine cannot run the check (empty when it can): the check runs cai's CUDA backend.
+no_gpu_reason() {
+  if [ -n "${CAI_BACKEND:-}" ] && [ "$CAI_BACKEND" != cuda ]; then
+    echo "CAI_BACKEND=$CAI_BACKEND: the GPU check runs cai's CUDA backend only (unset it or set" \
+      "CAI_BACKEND=cuda)"
+  elif ! "$PYTHON" -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' >/dev/null 2>&1; then
+    echo "no NVIDIA driver here: libcuda.so.1 does not load"
+  elif command -v nvidia-smi >/dev/null 2>&1 && ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "nvidia-smi finds no GPU: $(nvidia-smi -L 2>&1 | head -n 1)"
+  fi
+}
+
+# Every process this run started carries GPU_CHECK_RUN, orphans included (spawned children of
+# a step that timed out): at exit, or when stopped, they are ended, TERM then KILL.
+end_started_processes() {
+  local sig p pids
+  for sig in TERM KILL; do
+    pids=()
+    for p in /proc/[0-9]*; do
+      p=${p#/proc/}
+      [ "$p" = "$$" ] && continue
+      grep -qxz "GPU_CHECK_RUN=$GPU_CHECK_RUN" "/proc/$p/environ" 2>/dev/null && pids+=("$p")
+    done
+    [ ${#pids[@]} -gt 0 ] || return 0
+    kill -s "$sig" "${pids[@]}" 2>/dev/null
+    [ "$sig" = KILL ] || sleep 2
+  done
+}
 
 note() {  # one line of the step's note (tabs and newlines would break steps.tsv)
   local t="$*"
@@ -499,7 +573,7 @@ run_step() {  # name
 
 main() {
   echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $COMMIT, budget ${BUDGET}s," \
-    "steps: $STEPS"
+    "mode: $MODE${PART:+ $PART}, steps: $STEPS"
   echo "plan: $(plan_names | paste -sd" ")"
   report
   # Phase 1. The C++ device tests and the Python package build at the same time (two builds of
@@ -533,10 +607,35 @@ main() {
   echo "gpu-check: all steps passed or skipped; results in $OUT"
 }
 
+if [ -z "${GPU_CHECK_ALLOW_NO_GPU:-}" ]; then
+  why=$(no_gpu_reason)
+  if [ -n "$why" ]; then
+    echo "gpu-check: not run: $why. This check needs a machine with an NVIDIA GPU (docs/gpu.md)."
+    exit 3
+  fi
+fi
+if [ "$MODE" != all ]; then
+  if [ -n "${GPU_CHECK_STEPS:-}" ]; then
+    echo "gpu-check.sh: --$MODE chooses the steps; unset GPU_CHECK_STEPS" >&2
+    exit 2
+  fi
+  STEPS=$(mode_steps)
+fi
+
+export GPU_CHECK_RUN=$$.$RANDOM$RANDOM
+trap end_started_processes EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 rm -rf "$WORK"
 mkdir -p "$WORK/logs" "$WORK/notes" "$OUT"
 : >"$WORK/steps.tsv"
 : >"$WORK/recorded"
 COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}
-main 2>&1 | tee "$OUT/gpu-check.log"
-exit "${PIPESTATUS[0]}"
+# In the background, so that INT and TERM run their traps at once (bash runs a trap only
+# once the foreground command is done).
+(
+  main 2>&1 | tee "$OUT/gpu-check.log"
+  exit "${PIPESTATUS[0]}"
+) &
+wait $!
+exit $?

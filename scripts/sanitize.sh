@@ -9,8 +9,12 @@
 #   tsan         ThreadSanitizer build of the simulator/device tests (cai_test_device) and of
 #                the all-layers thread test (cai_test_threads), run directly.
 #   coverage     with COVERAGE=1 (the ASan tree is then built with --coverage): line coverage
-#                of src/device/cuda/ by what asan-cpp and asan-python ran (gcovr), failing
-#                below COVERAGE_MIN percent (90). The report: $SANITIZE_BUILD/logs/coverage.txt.
+#                of src/ by what asan-cpp and asan-python ran (gcovr; a line counts once, over
+#                every object and template copy that has it), failing when src/device/cuda/
+#                is below COVERAGE_MIN_CUDA percent or src/ below COVERAGE_MIN percent. The
+#                report: $SANITIZE_BUILD/logs/coverage.txt. Processes that end with _exit
+#                (forked test children, os._exit) write their counts too: asan-python
+#                preloads a shim whose _exit calls __gcov_dump first.
 # The layers build at -O1 and the test executables at -O0 (CAI_TEST_CXX_FLAGS): the test files
 # are most of the compile time and gain nothing from optimization.
 #
@@ -19,10 +23,12 @@
 #
 # Usage: scripts/sanitize.sh [step...]   (default: asan-cpp asan-python tsan). Environment:
 #   JOBS (2), SANITIZE_BUILD (build-sanitize), PYTHON (.venv/bin/python), CXX (g++),
-#   SANITIZE_PYTEST (what asan-python runs: pytest paths and options, default tests/python;
-#   scripts/test.sh passes the CI subset), PYTEST_ARGS (extra pytest arguments),
+#   SANITIZE_PYTEST (what asan-python runs: pytest paths and options, default tests/python,
+#   which CI runs), PYTEST_ARGS (extra pytest arguments),
 #   SANITIZE_KEEP_GOING=1 (do not stop a step's tests at the first sanitizer report),
-#   COVERAGE=1 (the ASan tree counts lines; adds the coverage step), COVERAGE_MIN (90).
+#   COVERAGE=1 (the ASan tree counts lines; adds the coverage step), COVERAGE_MIN (src/, 0:
+#   reported, not yet enforced), COVERAGE_MIN_CUDA (src/device/cuda/, 93). Issue 27's targets
+#   are 97 and 90: raise the defaults once a whole CI run has measured them (docs/cuda-backend.md).
 # ccache is used when installed (CMAKE_CXX_COMPILER_LAUNCHER, unless already set).
 # Logs go to $SANITIZE_BUILD/logs; a summary is printed at the end. Exit status: 0 when every
 # step passed.
@@ -142,6 +148,19 @@ step_asan_python() {
   # C++ exception aborts with "CHECK failed: ... real___cxa_throw".
   local asan_rt
   asan_rt="$($CXX -print-file-name=libasan.so) $($CXX -print-file-name=libstdc++.so)"
+  if [ "${COVERAGE:-0}" = 1 ]; then
+    # os._exit (forked children, hard exits) skips the write of the line counts at exit:
+    # an _exit that writes them first. libgcov chains every module's counters, so the shim's
+    # __gcov_dump writes _cai's too.
+    local shim=$BUILD/coverage-exit.so
+    printf '%s\n' '#define _GNU_SOURCE' '#include <dlfcn.h>' 'extern void __gcov_dump(void);' \
+      'void _exit(int code) {' '  __gcov_dump();' \
+      '  ((void (*)(int))dlsym(RTLD_NEXT, "_exit"))(code);' '  for (;;) {}' '}' \
+      >"$BUILD/coverage-exit.c"
+    gcc -shared -fPIC --coverage -fprofile-update=atomic -o "$shim" "$BUILD/coverage-exit.c" \
+      -ldl || { note "asan-python: the coverage _exit shim did not build"; FAILED=1; return; }
+    asan_rt="$asan_rt $shim"
+  fi
   local log=$LOGS/asan-pytest.log rc
   echo "== asan-python: pytest ${SANITIZE_PYTEST:-tests/python} with $asan_rt preloaded (log: $log)"
   # The suite spawns subprocesses (shutdown, isolation): they inherit the preload.
@@ -178,20 +197,36 @@ step_tsan() {
 }
 
 step_coverage() {
-  local dir=$BUILD/asan log=$LOGS/coverage.txt rc=0 min=${COVERAGE_MIN:-90}
+  local dir=$BUILD/asan log=$LOGS/coverage.txt rc=0
+  local min=${COVERAGE_MIN:-0} min_cuda=${COVERAGE_MIN_CUDA:-93}
   if [ "${COVERAGE:-0}" != 1 ]; then
     note "coverage: not measured (COVERAGE=1 builds the ASan tree with --coverage)"; return
   fi
   # Every object of the tree: the backend's headers are compiled into the tests and _cai too.
-  "$PY" -m gcovr --root "$ROOT" --filter 'src/device/cuda/' \
-    --txt "$log" --print-summary --fail-under-line "$min" \
+  # One gcovr run over src/; the per-file summary gives both totals.
+  "$PY" -m gcovr --root "$ROOT" --filter 'src/' --txt "$log" \
+    --json-summary "$LOGS/coverage-summary.json" \
     "$dir" >"$LOGS/coverage-gcovr.log" 2>&1 || rc=$?
-  local lines
-  lines=$(grep -E "^lines:" "$LOGS/coverage-gcovr.log" | head -n 1)
-  if [ $rc -eq 0 ]; then
-    note "coverage: PASS (src/device/cuda/ $lines; at least $min%; per file: $log)"
+  local result
+  result=$("$PY" - "$LOGS/coverage-summary.json" "$min_cuda" "$min" <<'PY'
+import json, sys
+files = json.load(open(sys.argv[1]))["files"]
+def total(prefix):
+    fs = [f for f in files if f["filename"].startswith(prefix)]
+    covered, lines = sum(f["line_covered"] for f in fs), sum(f["line_total"] for f in fs)
+    return covered, lines, 100.0 * covered / max(lines, 1)
+out, ok = [], True
+for prefix, floor in (("src/device/cuda/", float(sys.argv[2])), ("src/", float(sys.argv[3]))):
+    c, n, pct = total(prefix)
+    ok = ok and pct >= floor
+    out.append(f"{prefix} {pct:.1f}% ({c} of {n} lines; at least {floor:g}%)")
+print(("PASS " if ok else "FAIL ") + "; ".join(out))
+PY
+  ) || rc=$?
+  if [ $rc -eq 0 ] && [ "${result%% *}" = PASS ]; then
+    note "coverage: ${result} (per file: $log)"
   else
-    note "coverage: FAIL (src/device/cuda/ $lines, below $min% or gcovr failed: $LOGS/coverage-gcovr.log)"
+    note "coverage: ${result:-FAIL (gcovr failed: $LOGS/coverage-gcovr.log)}"
     FAILED=1
   fi
   tail -n 14 "$log" 2>/dev/null

@@ -22,7 +22,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 step "upgrading pip" "${PIP[@]}" --upgrade pip
-step "installing the pinned requirements (requirements.txt)" "${PIP[@]}" -r requirements.txt
+# The build's and the tests' pins (requirements-dev.txt includes requirements.txt).
+step "installing the pinned requirements (requirements-dev.txt)" "${PIP[@]}" -r requirements-dev.txt
 # No build isolation: the pinned nanobind and scikit-build-core from requirements.txt build it,
 # and build/python/ is kept between runs so that rebuilds are incremental.
 step "building and installing cai (C++ core + extension, incremental in build/python/)" \

@@ -25,7 +25,7 @@ mkdir -p build
 # local run) runs them here without sanitizers. The sanitizer trees compile at low priority from
 # here on, on what the steps before the sanitizer step leave idle (most of pytest runs on one
 # core). A failing step stops them too.
-# COVERAGE=1: the ASan tree counts lines, and the coverage step checks src/device/cuda/.
+# COVERAGE=1: the ASan tree counts lines, and the coverage step checks src/ and src/device/cuda/.
 SANITIZE_ENV=(SANITIZE_BUILD=build/sanitize PYTHON="$ROOT/.venv/bin/python" JOBS="$JOBS"
   COVERAGE=1)
 CPP_TESTS=OFF
@@ -119,21 +119,16 @@ fi
 section "pytest"
 .venv/bin/python -m pytest -q tests/python
 
-# Sanitizers (docs/reliability.md): the C++ suites (ctest) and the Python tests that drive every
-# entry point with hostile input, threads, cycles and exit under ASan+UBSan; TSan on the
-# simulator and the all-layers thread test. SANITIZE=0 skips them (a quick local run).
+# Sanitizers (docs/reliability.md): the C++ suites (ctest) and the whole Python suite under
+# ASan+UBSan; TSan on the simulator and the all-layers thread test. SANITIZE=0 skips them (a
+# quick local run).
 if [ "${SANITIZE:-1}" != "0" ]; then
   section "sanitizers (scripts/sanitize.sh; logs in build/sanitize/logs)"
   # Their builds began after setup; a build failure is reported by the steps themselves.
   wait "$SANITIZE_BUILD_PID" || true
   trap - EXIT
   tail -n 2 build/sanitize-build.log
-  env "${SANITIZE_ENV[@]}" \
-  SANITIZE_PYTEST="tests/python/test_robustness.py tests/python/test_bad_inputs.py
-    tests/python/test_lifetime_stress.py tests/python/test_threads.py
-    tests/python/test_shutdown.py::test_exit_with_daemon_threads_inside_python_callbacks
-    tests/python/test_backend_regressions.py tests/python/test_host_memory.py" \
-    scripts/sanitize.sh
+  env "${SANITIZE_ENV[@]}" scripts/sanitize.sh
 fi
 section ""
 echo "== scripts/test.sh: every step passed in $((SECONDS - TOTAL_START)) s"

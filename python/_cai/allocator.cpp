@@ -66,13 +66,18 @@ class PyAllocator final : public Allocator {
     if (allocate_ == nullptr)
       throw_error(Errc::device_error, "the allocator set with cai.set_allocator is gone (exit)");
     // A Python exception propagates as it is (nb::python_error), to the caller's Python code.
-    const nb::handle allocate(allocate_);
-    nb::object r = allocate(bytes, device, stream);
-    if (!PyLong_Check(r.ptr())) {
+    // A daemon thread ended inside the callable at exit parks (call_python).
+    PyObject* result = call_python([&] {
+      return PyObject_CallFunction(allocate_, "KiK", static_cast<unsigned long long>(bytes), device,
+                                   static_cast<unsigned long long>(stream));
+    });
+    if (!result) throw nb::python_error();
+    const nb::object r = nb::steal(result);
+    if (!PyLong_Check(r.ptr()) || PyBool_Check(r.ptr())) {
       throw_error(Errc::type_error, "the allocator's allocate() returned " + type_name_of(r) +
                                         ", not an int (the device pointer)");
     }
-    return nb::cast<std::uint64_t>(r);
+    return read_uint64(r, "the allocator's allocate() (cai.set_allocator) returned", "an int");
   }
 
   void deallocate(std::uint64_t ptr, std::size_t bytes, int device,
@@ -80,14 +85,20 @@ class PyAllocator final : public Allocator {
     if (!nb::is_alive()) return;  // at exit: leaked with the process
     WithGil gil;
     if (deallocate_ == nullptr) return;  // released at exit: leaked with the process
-    try {
-      const nb::handle deallocate(deallocate_);
-      deallocate(ptr, bytes, device, stream);
-    } catch (nb::python_error& e) {
-      // Raised by an array's destructor: reported as Python reports errors in __del__.
-      e.discard_as_unraisable("cai: the allocator's deallocate()");
-    } catch (...) {
+    // A daemon thread ended inside the callable at exit parks (call_python): no catch here
+    // may swallow that forced unwind.
+    PyObject* r = call_python([&] {
+      return PyObject_CallFunction(deallocate_, "KKiK", static_cast<unsigned long long>(ptr),
+                                   static_cast<unsigned long long>(bytes), device,
+                                   static_cast<unsigned long long>(stream));
+    });
+    if (r) {
+      Py_DECREF(r);
+      return;
     }
+    // Raised by an array's destructor: reported as Python reports errors in __del__.
+    nb::python_error e;  // fetches it
+    e.discard_as_unraisable("cai: the allocator's deallocate()");
   }
 
   nb::object callables() const {

@@ -395,13 +395,12 @@ const void* buffer_ptr(nb::handle arr) {
 }
 
 // Numba's rule: stream=0 (the default) copies synchronously; a stream queues the copy, which
-// returns at once when the host memory is page-locked.
+// returns at once when the host memory is page-locked. 0 is read under the integer policy
+// (np.int64(0) and np.array(0) are 0 too); the caller read `stream` with stream_arg first.
 bool blocking_stream(nb::handle stream) {
   if (stream.is_none()) return true;
-  if (!PyLong_CheckExact(stream.ptr())) return false;
-  const long v = PyLong_AsLong(stream.ptr());
-  if (v == -1 && PyErr_Occurred()) PyErr_Clear();
-  return v == 0;
+  if (PyStream * s; nb::try_cast<PyStream*>(stream, s) && s) return false;
+  return is_integer(stream) && read_uint64(stream, "stream", "an int") == 0;
 }
 
 // The values of v (not its mask) in a NumPy array: a new one, or `ary`; waits for the copy
@@ -553,18 +552,67 @@ bool is_gpu_array(nb::handle value) {
   return type == kDLCUDA || type == kDLCUDAHost || type == kDLCUDAManaged;
 }
 
-// A host value as a C-contiguous NumPy array of v's dtype broadcast to its shape, copied in.
-void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream,
-                   bool blocking) {
-  nb::object arr = numpy_module().attr("asarray")(value, numpy_dtype(dst.dtype()));
-  arr = numpy_module().attr("broadcast_to")(arr, to_tuple(dst.shape()));
-  nb::object host = numpy_module().attr("ascontiguousarray")(arr);
+namespace {
+
+// Whether `host` (the contiguous array a copy reads) is memory of the caller's NumPy array
+// `value`, rather than a temporary cai made (a conversion, a contiguous copy). A queued copy
+// from a temporary would read it after it is freed (its pages may be locked by cai.pinned),
+// so only the caller's own memory is copied without waiting. Live arrays never overlap, so
+// NumPy's bounds check tells them apart.
+bool is_callers_memory(nb::handle host, nb::handle value) {
+  if (host.is(value)) return true;
+  nb::handle np = numpy_module();
+  return nb::isinstance(value, np.attr("ndarray")) &&
+         nb::cast<bool>(np.attr("may_share_memory")(host, value));
+}
+
+}  // namespace
+
+void refuse_host_mask(nb::handle value, const char* entry) {
+  if (!nb::isinstance(value, numpy_module().attr("ma").attr("MaskedArray"))) return;
+  throw_error(Errc::type_error,
+              std::string(entry) +
+                  ": the host data is a numpy.ma.MaskedArray, and its mask would be dropped here; "
+                  "pass .filled(value) or .data, or attach a mask on the device "
+                  "(cai.from_cuda_array_interface with a 'mask')");
+}
+
+nb::object host_value(const char* rule, nb::handle value, nb::handle dt,
+                      std::span<const std::int64_t> shape, const char* entry) {
+  refuse_host_mask(value, entry);
+  return nb::module_::import_("cai._assign").attr(rule)(value, dt, to_tuple(shape), entry);
+}
+
+void set_from_host(const View& dst, nb::handle host, nb::handle value,
+                   const sync::StreamRef& stream, bool blocking) {
   const void* ptr = buffer_ptr(host);
+  blocking = blocking || !is_callers_memory(host, value);
   NoGil nogil;  // may wait for the copy
   copy_from_host(dst, ptr, stream, blocking);
 }
 
 namespace {
+
+// Numba's check_array_compatibility for a device source: the same dtype, the same shape once
+// axes of length one are dropped. Strides may differ (cai copies any layout).
+void require_compatible(const View& dst, const View& src, nb::handle dst_dt, const char* entry) {
+  if (!(src.dtype() == dst.dtype()))
+    throw_error(Errc::type_error,
+                "incompatible dtype: " + std::string(nb::str(dst_dt).c_str()) + " vs. " +
+                    nb::str(numpy_dtype(src.dtype())).c_str() + " (" + entry +
+                    ": the array's dtype, then the source's; nothing is converted)");
+  auto squeezed = [](std::span<const std::int64_t> shape) {
+    Dims out;
+    for (const std::int64_t n : shape)
+      if (n != 1) out.push_back(n);
+    return out;
+  };
+  const Dims a = squeezed(dst.shape()), b = squeezed(src.shape());
+  if (!std::ranges::equal(a, b))
+    throw_error(Errc::value_error, "incompatible shape: " + format_dims(dst.shape()) + " vs. " +
+                                       format_dims(src.shape()) + " (" + entry +
+                                       ": the array's shape, then the source's)");
+}
 
 void copy_to_device_impl(PyArray& self, nb::handle obj, nb::handle stream) {
   const View& dst = self.view();
@@ -572,9 +620,13 @@ void copy_to_device_impl(PyArray& self, nb::handle obj, nb::handle stream) {
   dst.require_writable("copy_to_device()", "the array");
   note_write();
   if (is_gpu_array(obj)) {
-    copy(dst, *ViewArg(obj, true, "copy_to_device()"), s);
+    const ViewArg src(obj, true, "copy_to_device()");
+    require_compatible(dst, *src, array_dtype(self), "copy_to_device()");
+    const bool same = std::ranges::equal(src->shape(), dst.shape());
+    copy(dst, same ? *src : src->reshape(dst.shape(), false), s);
   } else {
-    set_from_host(dst, obj, s, blocking_stream(stream));
+    nb::object host = host_value("exact", obj, array_dtype(self), dst.shape(), "copy_to_device()");
+    set_from_host(dst, host, obj, s, blocking_stream(stream));
   }
 }
 
@@ -599,13 +651,7 @@ View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle 
     throw_error(Errc::value_error,
                 "device_array(): strides make elements overlap; each element "
                 "must have its own bytes");
-  const auto ext = layout.extent();
-  if (layout.size() == 0)
-    return View(0, std::move(dtype), std::move(layout), false, sync::SyncState::idle(stream), {});
-  auto buffer = std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(ext.hi - ext.lo));
-  const std::uint64_t ptr = buffer->ptr() - static_cast<std::uint64_t>(ext.lo);
-  return View(ptr, std::move(dtype), std::move(layout), false, sync::SyncState::idle(stream),
-              std::move(buffer));
+  return View::allocate(std::move(dtype), std::move(layout), stream, kind);
 }
 
 // device_array, managed_array and mapped_array: Numba's signatures, one memory kind each.
@@ -632,10 +678,16 @@ nb::object device_array_like(nb::handle ary, nb::handle stream) {
     // and the new array goes to its device, as CuPy's empty_like does.
     const ViewArg like(ary, false, entry);
     const OperationDevice on(entry, {{"ary", like.get()}}, s);
+    const DeviceGuard there(new_array_device(*like, s));
     return wrap(View::allocate(like->dtype(), like->shape(), like->layout().is_f_only(), s),
                 a ? a->np_dtype : nb::object());
   }
   // A host array: the new one goes to the current device.
+  if (!nb::hasattr(ary, "shape") || !nb::hasattr(ary, "dtype"))
+    throw_error(Errc::type_error,
+                "device_array_like(): ary must be an array with a shape and a dtype (a NumPy or "
+                "a GPU array), got " +
+                    type_name_of(ary) + "; for a list, use np.asarray(ary) first");
   require_stream_of_current_device(entry, s);
   nb::object shape = ary.attr("shape");
   nb::object dt = numpy_module().attr("dtype")(ary.attr("dtype"));
@@ -648,9 +700,22 @@ nb::object device_array_like(nb::handle ary, nb::handle stream) {
               dt);
 }
 
-nb::object to_device(nb::handle obj, nb::handle stream) {
+// Numba's to_device(obj, stream=0, copy=True, to=None): `to` takes the copy (copy_to_device's
+// rules); copy=False allocates without copying, or imports a GPU array as it is.
+nb::object to_device(nb::handle obj, nb::handle stream, bool copy_data, nb::handle to) {
+  if (!to.is_none()) {
+    PyArray* dst = as_py_array(to, "to_device()");
+    if (!dst)
+      throw_error(Errc::type_error,
+                  "to_device(): to must be a cai.DeviceNDArray, got " + type_name_of(to));
+    if (copy_data) copy_to_device_impl(*dst, obj, stream);
+    return nb::borrow(to);
+  }
   auto s = stream_arg(stream, "to_device()", library_default_stream());
   require_stream_of_current_device("to_device()", s);
+  if (!copy_data)
+    return is_gpu_array(obj) ? nb::module_::import_("cai._cai").attr("as_cuda_array")(obj)
+                             : device_array_like(numpy_module().attr("asarray")(obj), stream);
   if (is_gpu_array(obj)) {
     // Already on the device: a device-to-device copy, stream-ordered like any op.
     const ViewArg src(obj, true, "to_device()");
@@ -658,6 +723,7 @@ nb::object to_device(nb::handle obj, nb::handle stream) {
     copy(dst, *src, s);
     return wrap(std::move(dst));
   }
+  refuse_host_mask(obj, "to_device()");
   nb::object arr = numpy_module().attr("asarray")(obj);
   nb::object dt = arr.attr("dtype");
   const bool fortran = !nb::cast<bool>(arr.attr("flags").attr("c_contiguous")) &&
@@ -668,9 +734,10 @@ nb::object to_device(nb::handle obj, nb::handle stream) {
   nb::object host =
       numpy_module().attr("ascontiguousarray")(fortran ? nb::object(arr.attr("T")) : arr);
   const void* ptr = buffer_ptr(host);
+  const bool blocking = blocking_stream(stream) || !is_callers_memory(host, obj);
   {
     NoGil nogil;
-    copy_from_host(fortran ? v.transpose() : v, ptr, s, blocking_stream(stream));
+    copy_from_host(fortran ? v.transpose() : v, ptr, s, blocking);
   }
   return wrap(std::move(v), dt);
 }
@@ -736,9 +803,11 @@ void bind_array(nb::module_& m) {
            "is queued and the call returns at once (synchronize the stream before reading), "
            "and with pageable memory it waits, as CUDA does. A masked array gives a "
            "numpy.ma.MaskedArray (masked where the array's mask is false).")
-      .def("copy_to_device", exit_safe(&copy_to_device_impl), nb::arg("obj"),
+      .def("copy_to_device", exit_safe(&copy_to_device_impl), nb::arg("ary"),
            nb::arg("stream").none() = 0,
-           "Copies a host array (anything NumPy reads) or a device array into this array.")
+           "Copies a host array (anything NumPy reads) or a device array of this array's dtype "
+           "and shape into it (axes of length one aside); a different dtype is a TypeError, a "
+           "different shape a ValueError, as in Numba: nothing is converted or broadcast.")
       .def("__repr__", &array_repr);
 
   m.def("device_array",
@@ -785,13 +854,18 @@ void bind_array(nb::module_& m) {
       "_host_register",
       [](std::uint64_t ptr, std::size_t bytes) { device::backend().host_register(ptr, bytes); },
       nb::arg("ptr"), nb::arg("nbytes"), "Page-locks host memory (cai.pinned).");
-  m.def(
-      "_host_unregister", [](std::uint64_t ptr) { device::backend().host_unregister(ptr); },
-      nb::arg("ptr"), "Undoes _host_register (cai.pinned).");
+  m.def("_host_unregister", exit_safe([](std::uint64_t ptr) {
+          NoGil nogil;  // the driver waits for all device work before it unlocks
+          device::backend().host_unregister(ptr);
+        }),
+        nb::arg("ptr"), "Undoes _host_register (cai.pinned).");
   m.def("device_array_like", exit_safe(&device_array_like), nb::arg("ary"),
         nb::arg("stream").none() = 0);
   m.def("to_device", exit_safe(&to_device), nb::arg("obj"), nb::arg("stream").none() = 0,
-        "Copies a host array (anything NumPy reads) to a new device array on `stream`.");
+        nb::arg("copy") = true, nb::arg("to").none() = nb::none(),
+        "Copies a host array (anything NumPy reads) to a new device array on `stream` (Numba's "
+        "signature): with `to=`, into that array by copy_to_device's rules; copy=False "
+        "allocates without copying (a GPU array is imported as it is).");
 }
 
 }  // namespace cai::python

@@ -167,9 +167,23 @@ PyArray* as_py_array(nb::handle obj, const char* entry = "DeviceNDArray");
 /// A GPU array: ours, one with the CAI, or a DLPack producer whose data is CUDA memory.
 bool is_gpu_array(nb::handle value);
 
-/// Copies a host value (anything NumPy reads, converted to dst's dtype and broadcast to its
-/// shape) into dst on `stream`; returns once copied when `blocking`.
-void set_from_host(const View& dst, nb::handle value, const sync::StreamRef& stream, bool blocking);
+/// A host value as a C-contiguous NumPy array of dtype `dt` and dst's shape, by one of the
+/// rules of cai._assign (docs/python.md, "No silent conversion"): "exact" (copy_to_device:
+/// Numba's same dtype and shape) or "assignable" (a[...] = value: NumPy's broadcasting, no
+/// conversion that loses values). Errors name `entry`; a numpy.ma.MaskedArray is refused
+/// (refuse_host_mask).
+nb::object host_value(const char* rule, nb::handle value, nb::handle dt,
+                      std::span<const std::int64_t> shape, const char* entry);
+
+/// Copies `host` (from host_value of the caller's `value`) into dst on `stream`; returns once
+/// copied when `blocking`, or when `host` is a temporary cai made rather than `value`'s memory.
+void set_from_host(const View& dst, nb::handle host, nb::handle value,
+                   const sync::StreamRef& stream, bool blocking);
+
+/// A TypeError naming `entry` when `value` is a numpy.ma.MaskedArray: a device array made or
+/// written from host data has no mask to keep it in (docs/reliability.md: masks are kept or
+/// refused, never dropped). host_value calls it.
+void refuse_host_mask(nb::handle value, const char* entry);
 
 /// DType <-> numpy.dtype.
 DType dtype_from_numpy(nb::handle np_dtype, const char* entry);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "cai/arrays/devices.h"
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
 #include "cai/device/simulator.h"
@@ -42,14 +43,30 @@ sync::StreamRef library_default_stream() {
   return {device::kLegacyDefaultStream, nullptr};
 }
 
+namespace {
+
+// A stream work can be enqueued on from this thread: another thread's per-thread default
+// stream (handle 2 names this thread's own) becomes the legacy default stream, which
+// StreamOrder orders after it.
+sync::StreamRef nameable_here(sync::StreamRef s) {
+  if (s.other_thread()) return library_default_stream();
+  return s;
+}
+
+}  // namespace
+
 sync::StreamRef stream_or_default(const View& v) {
-  if (auto s = v.sync()->stream()) return *s;
+  if (auto s = v.sync()->stream()) return nameable_here(std::move(*s));
   return library_default_stream();
 }
 
+int new_array_device(const View& like, const sync::StreamRef& stream) {
+  return device::is_default_stream(stream.handle) ? device_of(like) : -1;
+}
+
 sync::StreamRef stream_arg(nb::handle obj, const char* entry, const sync::StreamRef& fallback) {
-  if (obj.is_none()) return fallback;
-  if (PyStream * s; nb::try_cast<PyStream*>(obj, s) && s) return s->ref();
+  if (obj.is_none()) return nameable_here(fallback);
+  if (PyStream * s; nb::try_cast<PyStream*>(obj, s) && s) return nameable_here(s->ref());
   static PyObject* protocol = PyUnicode_InternFromString("__cuda_stream__");
   if (!is_integer(obj)) {
     PyObject* method = call_python([&] { return PyObject_GetAttr(obj.ptr(), protocol); });
@@ -83,7 +100,7 @@ sync::StreamRef stream_arg(nb::handle obj, const char* entry, const sync::Stream
     return {h, keep_alive(obj)};
   }
   const StreamHandle h = int_handle(obj, std::string(entry) + ": stream");
-  if (h == 0) return fallback;
+  if (h == 0) return nameable_here(fallback);
   return {h, nullptr};
 }
 

@@ -163,6 +163,14 @@ void bind_devices(nb::module_& m) {
   m.def(
       "current_device", [] { return PyDevice{backend().current_device()}; },
       "The calling thread's current device.");
+  m.def(
+      "_memory_info",
+      [] {
+        const auto [free, total] = backend().memory_info();
+        return nb::make_tuple(free, total);
+      },
+      nb::sig("def _memory_info() -> tuple[int, int]"),
+      "The current device's free and total memory in bytes (cuMemGetInfo).");
 
   nb::handle array = nb::type<PyArray>();
   nb::object property = nb::module_::import_("builtins").attr("property");

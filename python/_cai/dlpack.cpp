@@ -375,9 +375,18 @@ PyArray& exchanged(void* py_object) {
   return *a;
 }
 
+// The no-sync exports promise data ready in order on current_work_stream (the legacy default
+// stream): pending work on the array's own stream (a non-blocking one, another thread's per-
+// thread default stream, an import's event) is ordered before it here, as __dlpack__ orders it
+// before a consumer's stream. Nothing pending: nothing to do, no driver call.
+void order_before_work_stream(PyArray& a) {
+  if (a.has_work()) a.view().sync()->order_before(device::backend(), library_default_stream());
+}
+
 int api_from_py_object(void* py_object, DLManagedTensorVersioned** out) {
   return guarded([&] {
     PyArray& a = exchanged(py_object);
+    order_before_work_stream(a);
     if (a.masked())
       throw_error(Errc::buffer_error,
                   "dlpack exchange API: the array is masked, and a DLPack tensor cannot carry a "
@@ -398,6 +407,7 @@ int api_to_py_object(DLManagedTensorVersioned* tensor, void** out_py_object) {
 int api_dltensor_from_py_object(void* py_object, DLTensor* out) {
   return guarded([&] {
     PyArray& a = exchanged(py_object);
+    order_before_work_stream(a);
     if (!a.readonly()) note_write();
     constexpr const char* entry = "dlpack exchange API";
     fill_dltensor(a.ptr(), dlpack_dtype_of(a, entry), a.shape(), element_strides_of(a, entry),
@@ -611,6 +621,22 @@ int device_number(nb::handle device) {
                 "from_dlpack(): device=" + short_repr(device) +
                     ": cai arrays live in device memory; pass a cai.Device or a device number "
                     "(numpy.from_dlpack(x, device='cpu') makes host arrays)");
+  if (PyTuple_Check(device.ptr())) {
+    // A DLPack device, as __dlpack_device__() gives it: (device type, device id).
+    const nb::tuple t = nb::borrow<nb::tuple>(device);
+    if (t.size() != 2 || !PyLong_Check(t[0].ptr()) || !PyLong_Check(t[1].ptr()))
+      throw_error(Errc::type_error, "from_dlpack(): device=" + short_repr(device) +
+                                        ": a DLPack device is a tuple (device type, device id) "
+                                        "of two ints");
+    const long type = PyLong_AsLong(t[0].ptr());
+    if (type != kDLCUDA)
+      throw_error(Errc::value_error,
+                  "from_dlpack(): device=" + short_repr(device) + ": DLPack device type " +
+                      std::to_string(type) + " is not a CUDA device (kDLCUDA, 2); cai arrays " +
+                      "live in device memory (numpy.from_dlpack(x, device='cpu') makes host " +
+                      "arrays)");
+    device = t[1];
+  }
   nb::object d = nb::module_::import_("cai._cai").attr("Device")(device);
   return nb::cast<int>(d.attr("id"));
 }

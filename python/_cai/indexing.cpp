@@ -94,13 +94,14 @@ void setitem(PyArray& self, nb::handle key, nb::handle value) {
   }
   if (PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr()) || PyComplex_Check(value.ptr()) ||
       PyBool_Check(value.ptr()) || nb::cast<bool>(numpy_module().attr("isscalar")(value))) {
-    // One element's bytes, converted by NumPy (its casting rules and overflow errors).
-    nb::object scalar = numpy_module().attr("asarray")(value, array_dtype(self));
+    // One element's bytes, converted by NumPy unless that loses the value.
+    nb::object scalar = host_value("assignable", value, array_dtype(self), {}, entry);
     nb::bytes raw = nb::borrow<nb::bytes>(scalar.attr("tobytes")());
     fill(dst, raw.c_str(), stream);
     return;
   }
-  set_from_host(dst, value, stream, true);
+  set_from_host(dst, host_value("assignable", value, array_dtype(self), dst.shape(), entry), value,
+                stream, true);
 }
 
 }  // namespace

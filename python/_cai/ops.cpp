@@ -85,9 +85,9 @@ void bind_ops(nb::module_& m) {
       "fill",
       [](nb::handle arr, nb::handle value, nb::handle stream) {
         const ViewArg d(arr, true, "fill()");
-        nb::object scalar = numpy_module().attr("asarray")(value, numpy_dtype(d->dtype()));
-        if (nb::cast<int>(scalar.attr("ndim")) != 0)
-          throw_error(Errc::type_error, "fill(): value must be a scalar");
+        // NumPy's conversion, unless it loses the value; a scalar (cai._assign).
+        nb::object scalar =
+            host_value("assignable", value, numpy_dtype(d->dtype()), {}, "fill(): value");
         nb::bytes raw = nb::borrow<nb::bytes>(scalar.attr("tobytes")());
         const auto st = op_stream(stream, *d, "fill()");
         note_write();
@@ -95,7 +95,8 @@ void bind_ops(nb::module_& m) {
         fill(*d, raw.c_str(), st);
       },
       nb::arg("arr"), nb::arg("value"), nb::arg("stream").none() = 0,
-      "Sets every element of arr to value (converted by NumPy's rules).");
+      "Sets every element of arr to value (converted by NumPy's rules; a conversion that "
+      "loses the value is a ValueError).");
   // The elementwise operations, one function each, from the table in cai/device/operations.h:
   // ops.<name>(<inputs>..., out, stream=0).
   static std::array<PyMethodDef, device::elementwise_op_count> defs;

@@ -64,8 +64,14 @@ nb::object reshape(PyArray& self, nb::args shape, nb::handle order) {
               self.np_dtype);
 }
 
-nb::object ravel(PyArray& self, nb::handle order) {
+// Numba's ravel, split and squeeze take stream=: views queue no work, so it is only checked.
+void check_stream(nb::handle stream, const char* entry, const View& v) {
+  if (!stream.is_none()) (void)stream_arg(stream, entry, stream_or_default(v));
+}
+
+nb::object ravel(PyArray& self, nb::handle order, nb::handle stream) {
   const View& v = self.view();
+  check_stream(stream, "ravel()", v);
   const std::array<std::int64_t, 1> flat{-1};
   return wrap(v.reshape(flat, fortran_order(order, v, "ravel()")), self.np_dtype);
 }
@@ -75,8 +81,9 @@ nb::object view_as(PyArray& self, nb::handle dtype) {
   return wrap(self.view().as_dtype(dtype_from_numpy(dt, "view()")), dt);
 }
 
-nb::object squeeze(PyArray& self, nb::handle axis) {
+nb::object squeeze(PyArray& self, nb::handle axis, nb::handle stream) {
   const View& v = self.view();
+  check_stream(stream, "squeeze()", v);
   const int ndim = v.ndim();
   std::vector<bool> drop(ndim, false);
   if (axis.is_none()) {
@@ -152,8 +159,9 @@ int split_clear(PyObject* self) {
 PyType_Slot g_split_slots[] = {
     {Py_tp_traverse, (void*)split_traverse}, {Py_tp_clear, (void*)split_clear}, {0, nullptr}};
 
-nb::object split(PyArray& self, std::int64_t section) {
+nb::object split(PyArray& self, std::int64_t section, nb::handle stream) {
   const View& v = self.view();
+  check_stream(stream, "split()", v);
   if (v.ndim() != 1)
     throw_error(Errc::value_error, "split(): only 1-d arrays can be split, this one has " +
                                        std::to_string(v.ndim()) + " dimensions");
@@ -176,6 +184,7 @@ nb::object copy_array(PyArray& self, nb::handle order, nb::handle stream) {
   // The new array lives on the source's device, as copy.copy(a) (docs/scale-out.md); a
   // stream of another device is a ValueError naming both.
   const OperationDevice on("copy()", {{"the array", &v}}, s);
+  const DeviceGuard there(new_array_device(v, s));
   View data =
       v.mask() ? View(v.ptr(), v.dtype(), v.layout(), v.readonly(), v.sync(), v.owner()) : v;
   View out;
@@ -197,8 +206,9 @@ void bind_shape_ops(nb::module_& m) {
           "A view with another shape (one size may be -1), elements read in C or F order, as "
           "NumPy's reshape. Never a copy: a layout that cannot be a view raises "
           "NotImplementedError naming the axes.");
-  cls.def("ravel", exit_safe(&ravel), nb::arg("order").none() = "C",
-          nb::sig("def ravel(self, order: typing.Literal['C', 'F', 'A'] = 'C') -> DeviceNDArray"),
+  cls.def("ravel", exit_safe(&ravel), nb::arg("order").none() = "C", nb::arg("stream").none() = 0,
+          nb::sig("def ravel(self, order: typing.Literal['C', 'F', 'A'] = 'C', stream: "
+                  "StreamLike | None = 0) -> DeviceNDArray"),
           "A 1-d view of the elements in C (or F) order; NotImplementedError when the layout "
           "cannot be one strided run (NumPy would copy; cai never copies silently).");
   cls.def("view", exit_safe(&view_as), nb::arg("dtype"),
@@ -206,8 +216,9 @@ void bind_shape_ops(nb::module_& m) {
           "The same bytes as another dtype. Another item size resizes the last axis, which "
           "must be contiguous.");
   cls.def("squeeze", exit_safe(&squeeze), nb::arg("axis").none() = nb::none(),
-          nb::sig("def squeeze(self, axis: int | tuple[int, ...] | None = None) -> "
-                  "DeviceNDArray"),
+          nb::arg("stream").none() = 0,
+          nb::sig("def squeeze(self, axis: int | tuple[int, ...] | None = None, stream: "
+                  "StreamLike | None = 0) -> DeviceNDArray"),
           "A view without the axes of size 1 (all of them, or those named).");
   cls.def("transpose", exit_safe(&transpose), nb::arg("axes"),
           nb::sig("def transpose(self, *axes: int | typing.Sequence[int] | None) -> "
@@ -221,8 +232,9 @@ void bind_shape_ops(nb::module_& m) {
                           "The pieces of DeviceNDArray.split(), made one per next().")
       .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__next__", exit_safe(&next_piece));
-  cls.def("split", exit_safe(&split), nb::arg("section"),
-          nb::sig("def split(self, section: int) -> typing.Iterator[DeviceNDArray]"),
+  cls.def("split", exit_safe(&split), nb::arg("section"), nb::arg("stream").none() = 0,
+          nb::sig("def split(self, section: int, stream: StreamLike | None = 0) "
+                  "-> typing.Iterator[DeviceNDArray]"),
           "Views of consecutive pieces of `section` elements of a 1-d array (the last may be "
           "shorter), as an iterator.");
   cls.def("copy", exit_safe(&copy_array), nb::arg("order").none() = "C",

@@ -34,6 +34,11 @@ sync::StreamRef library_default_stream();
 /// default (docs/architecture.md, "stream=0 arguments").
 sync::StreamRef stream_or_default(const View& v);
 
+/// The device a new array like `like` (device_array_like, copy) is allocated on with
+/// `stream`: its memory's device (managed and mapped memory included, which the operation
+/// device leaves to the current one), unless a created stream says otherwise; -1: the current.
+int new_array_device(const View& like, const sync::StreamRef& stream);
+
 /// Reads a `stream=` argument: a cai.Stream, an int handle (0 = default), None (= default),
 /// or an object with __cuda_stream__. `fallback` is what 0/None mean at this call site.
 sync::StreamRef stream_arg(nb::handle obj, const char* entry, const sync::StreamRef& fallback);

@@ -12,7 +12,9 @@
 ^cai\._cai\.__prefix__$:
     import numpy
     import numpy.typing
-    \from collections.abc import Iterator, Sequence
+    import asyncio
+    import ctypes
+    \from collections.abc import Callable, Iterator, Sequence
     \from contextlib import AbstractContextManager
     \from types import EllipsisType
     \from typing import Any, Literal, SupportsIndex, overload
@@ -59,6 +61,15 @@
         ends normally, as Numba's Stream.auto_synchronize.
         """
 
+    def add_callback(self, callback: Callable[[Stream, int, Any], object], arg: Any = None) -> None:
+        """
+        Calls callback(stream, status, arg) from another thread once the work queued so far
+        is done, as Numba's Stream.add_callback.
+        """
+
+    def async_done(self) -> asyncio.Future[Stream]:
+        """An awaitable that resolves to the stream once its work so far is done."""
+
 ^cai\._cai\.Event\.record$:
     def record(self, stream: StreamLike | None = 0) -> None:
         \doc
@@ -101,8 +112,26 @@
         \doc
 
 ^cai\._cai\.DeviceNDArray\.copy_to_device$:
-    def copy_to_device(self, obj: DeviceArrayLike | numpy.typing.ArrayLike, stream: StreamLike | None = 0) -> None:
+    def copy_to_device(self, ary: DeviceArrayLike | numpy.typing.ArrayLike, stream: StreamLike | None = 0) -> None:
         \doc
+
+    def getitem(self, item: Any, stream: StreamLike | None = 0) -> Any:
+        """self[item], as Numba's getitem."""
+
+    def setitem(self, key: Any, value: DeviceArrayLike | numpy.typing.ArrayLike, stream: StreamLike | None = 0) -> None:
+        """self[key] = value, as Numba's setitem."""
+
+    @property
+    def device_ctypes_pointer(self) -> ctypes.c_void_p:
+        """The first element's address (c_void_p(0) when empty), as Numba."""
+
+    @property
+    def alloc_size(self) -> int:
+        """Bytes the array's elements span (0 when empty), as Numba."""
+
+    @property
+    def flags(self) -> dict[str, bool]:
+        """NumPy's flags as a dict, as Numba's DeviceNDArray.flags."""
 
 ^cai\._cai\.DeviceNDArray\.copy$:
     def copy(self, order: Literal['C', 'F', 'A'] = 'C', stream: StreamLike | None = 0) -> DeviceNDArray:
@@ -167,7 +196,7 @@
     def device_array_like(ary: DeviceArrayLike | numpy.typing.NDArray[Any], stream: StreamLike | None = 0) -> DeviceNDArray: ...
 
 ^cai\._cai\.to_device$:
-    def to_device(obj: DeviceArrayLike | numpy.typing.ArrayLike, stream: StreamLike | None = 0) -> DeviceNDArray:
+    def to_device(obj: DeviceArrayLike | numpy.typing.ArrayLike, stream: StreamLike | None = 0, copy: bool = True, to: DeviceNDArray | None = None) -> DeviceNDArray:
         \doc
 
 ^cai\._cai\.as_cuda_array$:

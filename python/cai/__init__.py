@@ -11,7 +11,8 @@ What runs here: show_config(). The stream waits cai enqueues: trace_waits(); the
 charges for: device_call_counts().
 Devices and processes: Device, device_count, current_device, IpcHandle, ipc_collect,
 cai.multiprocessing (docs/scale-out.md); Numba's names select_device, gpus, detect and
-Stream.auto_synchronize. Device memory through your allocator: set_allocator, get_allocator.
+Stream.auto_synchronize; the rest of Numba's host API (is_available, current_context, mapped, ...:
+docs/python.md). Device memory through your allocator: set_allocator, get_allocator.
 Types of parameters: cai.typing, cai.array.
 """
 
@@ -25,7 +26,6 @@ from ._cai import (
     Stream,
     as_cuda_array,
     backend,
-    cuda_available,
     current_device,
     default_stream,
     device_call_counts,
@@ -60,8 +60,25 @@ from ._trace import WaitTrace, trace_waits
 from ._devices import detect, gpus, select_device
 from ._host import pinned, pinned_array
 from ._allocator import get_allocator, set_allocator
+from ._numba_api import (  # Numba's host API (docs/python.md, "Numba's host API")
+    close,
+    cuda_available,
+    current_context,
+    defer_cleanup,
+    event_elapsed_time,
+    get_current_device,
+    is_available,
+    list_devices,
+    mapped,
+    mapped_array_like,
+    pinned_array_like,
+    profile_start,
+    profile_stop,
+    profiling,
+)
 from . import _scaleout  # pickling, Dask registrations (lazily), IPC exit warning
 from . import _numpy_api  # __array_function__ (np.concatenate on the device), __iter__
+from ._numpy_api import HostFallbackWarning
 from . import typing  # the protocols of cai's parameters (cai.typing.DeviceArrayLike, ...)
 from .typing import array as array  # extension modules' parameters, in stubs
 
@@ -77,4 +94,7 @@ __all__ = [
     "device_call_counts", "reset_device_call_counts", "select_device", "gpus", "detect",
     "typing", "array", "managed_array", "mapped_array", "pinned_array", "pinned",
     "set_allocator", "get_allocator",
+    "close", "current_context", "defer_cleanup", "event_elapsed_time", "get_current_device",
+    "is_available", "list_devices", "mapped", "mapped_array_like", "pinned_array_like",
+    "profile_start", "profile_stop", "profiling", "HostFallbackWarning",
 ]

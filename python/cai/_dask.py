@@ -41,10 +41,28 @@ _ML_DTYPES = frozenset({
 })
 
 
+def _is_ml(dtype: "np.dtype[Any]") -> bool:
+    return getattr(dtype.type, "__module__", None) == "ml_dtypes"
+
+
+def _ml_fields(dtype: "np.dtype[Any]", prefix: tuple[str, ...] = ()) -> list[Any]:
+    """[field path, type name] of each field (nested ones too) of an ml_dtypes type."""
+    found: list[Any] = []
+    for name in dtype.names or ():
+        base = dtype.fields[name][0].base
+        if _is_ml(base):
+            found.append([list(prefix + (name,)), base.name])
+        elif base.names is not None:
+            found.extend(_ml_fields(base, prefix + (name,)))
+    return found
+
+
 def _dtype_header(header: Header, dtype: "np.dtype[Any]") -> None:
     header["dtype"] = np.lib.format.dtype_to_descr(dtype)
-    if getattr(dtype.type, "__module__", None) == "ml_dtypes":
+    if _is_ml(dtype):
         header["ml_dtype"] = dtype.name
+    elif fields := _ml_fields(dtype):
+        header["ml_fields"] = fields  # the description says only '|V2' for them
 
 
 # ----- reading a header from another process ------------------------------------------------
@@ -93,7 +111,49 @@ def _dtype(header: Header, family: str, path: str) -> "np.dtype[Any]":
     if dtype.hasobject:
         raise _fail(ValueError, family, path, "dtype", descr,
                     "a dtype without Python objects (they cannot live in device memory)")
+    if isinstance(header, dict) and "ml_fields" in header:
+        dtype = _typed_fields(dtype, header["ml_fields"], family, path)
     return dtype
+
+
+def _typed_fields(dtype: "np.dtype[Any]", fields: Any, family: str,
+                  path: str) -> "np.dtype[Any]":
+    """`dtype` with the void fields the header's ml_fields names retyped (checked: each path
+    names a void field of the type's size)."""
+    expected = ("a list of [field path, ml_dtypes type name], each naming a void field of the "
+                "dtype of that type's size")
+
+    def fail() -> Exception:
+        return _fail(ValueError, family, path, "ml_fields", fields, expected)
+
+    if not isinstance(fields, list) or not fields:
+        raise fail()
+    for entry in fields:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)
+                and entry[0] and all(isinstance(p, str) for p in entry[0])
+                and isinstance(entry[1], str) and entry[1] in _ML_DTYPES):
+            raise fail()
+        dtype = _retyped(dtype, tuple(entry[0]), _ml_dtype(entry[1], family, path), fail)
+    return dtype
+
+
+def _retyped(dtype: "np.dtype[Any]", where: tuple[str, ...], typed: "np.dtype[Any]",
+             fail: Any) -> "np.dtype[Any]":
+    if dtype.names is None or where[0] not in dtype.names:
+        raise fail()
+    field = dtype.fields[where[0]][0]
+    base = field.base
+    if len(where) == 1:
+        if base.kind != "V" or base.names is not None or base.itemsize != typed.itemsize:
+            raise fail()
+        new = typed
+    else:
+        new = _retyped(base, where[1:], typed, fail)
+    names = list(dtype.names)
+    formats = [(np.dtype((new, field.shape)) if field.shape else new) if n == where[0]
+               else dtype.fields[n][0] for n in names]
+    return np.dtype({"names": names, "formats": formats,
+                     "offsets": [dtype.fields[n][1] for n in names], "itemsize": dtype.itemsize})
 
 
 def _ml_dtype(name: Any, family: str, path: str) -> "np.dtype[Any]":
@@ -266,7 +326,7 @@ def _read_device(header: Header, frames: list[Any], index: int, path: str,
         if dtype.fields is not None:
             desc["descr"] = dtype.descr
         arr = _cai.from_cuda_array_interface(desc, owner=frame)
-        if ml:
+        if ml or (dtype.names is not None and _ml_fields(dtype)):
             arr = arr.view(dtype)  # the CAI has no typestr for ml_dtypes' types
         index += 1
     mask = None

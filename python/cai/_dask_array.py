@@ -32,7 +32,21 @@ _serials: weakref.WeakKeyDictionary[DeviceNDArray, int] = weakref.WeakKeyDiction
 _next_serial = itertools.count()
 
 
+_kDLCUDAHost, _kDLCUDAManaged = 3, 13  # memory the host reaches at the array's address
+
+
 def token(x: DeviceNDArray) -> tuple[Any, ...]:
+    if not x.readonly and x.__dlpack_device__()[0] in (_kDLCUDAHost, _kDLCUDAManaged):
+        # The host writes such memory in place (np.asarray views it) unseen by cai's write
+        # epoch: the token is the contents, as Dask's own for NumPy arrays.
+        import numpy as np
+        from dask.tokenize import normalize_token
+
+        from ._host import _data_only
+
+        mask = x.mask
+        return ("cai.DeviceNDArray", "contents", normalize_token(np.asarray(_data_only(x))),
+                None if mask is None else token(mask))
     serial = _serials.get(x)
     if serial is None:
         serial = _serials[x] = next(_next_serial)

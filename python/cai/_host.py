@@ -122,5 +122,12 @@ class pinned:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Every range is unlocked, even after one fails; the first failure is raised.
+        errors = []
         while self._registered:
-            _cai._host_unregister(self._registered.pop())
+            try:
+                _cai._host_unregister(self._registered.pop())
+            except Exception as e:  # noqa: BLE001 - raised below, after the others
+                errors.append(e)
+        if errors:
+            raise errors[0]

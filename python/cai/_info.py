@@ -8,7 +8,6 @@ packages' metadata: nothing heavy is imported.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import pathlib
 import platform
@@ -41,6 +40,9 @@ def cuda_version_text(version: int) -> str:
 
 
 def _installed(names: tuple[str, ...]) -> str | None:
+    # Here, not at `import cai`: importlib.metadata is most of a bare import's time.
+    import importlib.metadata
+
     for name in names:
         try:
             return importlib.metadata.version(name)

@@ -155,6 +155,41 @@ def _holds_device_array(value: Any) -> bool:
 
 _on_device: dict[Callable[..., Any], Callable[..., DeviceNDArray]] = {}
 
+# NumPy functions that write into an argument in place (its name by function): on the host
+# copy a cai array would get, the write would change nothing, silently. Refused, as out= is.
+_WRITES_INTO = {"copyto": "dst", "put": "a", "putmask": "a", "place": "arr",
+                "fill_diagonal": "a", "put_along_axis": "arr"}
+
+
+def _written_argument(func: Callable[..., Any], args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Any:
+    name = _WRITES_INTO.get(getattr(func, "__name__", ""))
+    if name is None or not getattr(func, "__module__", "").startswith("numpy"):
+        return None
+    return args[0] if args else kwargs.get(name)
+
+
+class HostFallbackWarning(UserWarning):
+    """A NumPy function or ufunc took cai arrays as host copies and computed on the host."""
+
+
+def _host_fallback(name: str) -> None:
+    """The one rule of the host fallback (docs/python.md, "No silent host fallback"): a
+    warning, once per call site by Python's default filter, or with
+    cai.config.HOST_FALLBACK = False a TypeError. stacklevel 3: the caller of the NumPy call
+    (NumPy's dispatch is C, so its frames do not count)."""
+    from . import config
+
+    message = (f"numpy.{name}() on a cai array computes on the host, with a host copy of the "
+               "device data; copy explicitly (np.asarray(a), a.copy_to_host()) to say so")
+    if not config.HOST_FALLBACK:
+        raise TypeError(message.replace("computes on the host",
+                                        "would compute on the host, which "
+                                        "cai.config.HOST_FALLBACK = False refuses"))
+    import warnings
+
+    warnings.warn(message, HostFallbackWarning, stacklevel=3)
+
 
 def _array_function(self: DeviceNDArray, func: Callable[..., Any], types: Sequence[type],
                     args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -169,11 +204,33 @@ def _array_function(self: DeviceNDArray, func: Callable[..., Any], types: Sequen
         return device(*args, **kwargs)
     if not all(issubclass(t, (DeviceNDArray, np.ndarray)) for t in types):
         return NotImplemented  # another library's arrays: theirs to handle
+    if isinstance(_written_argument(func, args, kwargs), DeviceNDArray):
+        raise TypeError(f"numpy.{func.__name__}(): writes into a cai array in place, but NumPy "
+                        "computes on a host copy, which would leave the array unchanged; write "
+                        "on the device (a[...] = value, cai.ops.copy) or on a host copy "
+                        "(copy_to_host) and copy it back (copy_to_device)")
     if _holds_device_array(kwargs.get("out")):
         raise TypeError(f"numpy.{func.__name__}(): out= is a cai array, but NumPy computes on the "
                         "host; copy the result with copy_to_device()")
     # What NumPy did before the protocol: the cai arrays as host copies.
+    _host_fallback(func.__name__)
     return func(*_host(args), **{k: _host(v) for k, v in kwargs.items()})
+
+
+def _array_ufunc(self: DeviceNDArray, ufunc: Any, method: str, *inputs: Any,
+                 **kwargs: Any) -> Any:
+    """Ufuncs on cai arrays: host copies, as through __array__, said by the fallback rule."""
+    import numpy as np
+
+    if _holds_device_array(kwargs.get("out")):
+        raise TypeError(f"numpy.{ufunc.__name__}(): out= is a cai array, but NumPy computes on "
+                        "the host; copy the result with copy_to_device()")
+    if not all(isinstance(x, (DeviceNDArray, np.ndarray, np.generic, int, float, complex, bool))
+               or not hasattr(x, "__array_ufunc__") for x in inputs):
+        return NotImplemented  # another library's arrays: theirs to handle
+    name = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
+    _host_fallback(name)
+    return getattr(ufunc, method)(*_host(inputs), **kwargs)
 
 
 def _iter(self: DeviceNDArray) -> Iterator[Any]:
@@ -187,4 +244,5 @@ def _iter(self: DeviceNDArray) -> Iterator[Any]:
 # Assigned with setattr: methods of the extension type written in Python (stubs.pat declares
 # __iter__; NumPy finds __array_function__ by name).
 setattr(DeviceNDArray, "__array_function__", _array_function)
+setattr(DeviceNDArray, "__array_ufunc__", _array_ufunc)
 setattr(DeviceNDArray, "__iter__", _iter)

@@ -8,10 +8,14 @@
 ``EXPORT_STREAM``: when true (the default) our arrays export their stream; False exports
 ``stream: None`` always (the producer option of CAI v3, never the default).
 
-``reset()`` sets both back to their defaults; ``override(NAME=value, ...)`` is a context manager
+``HOST_FALLBACK``: when true (the default) a NumPy function or ufunc that cai answers through a
+host copy of device arrays warns with ``cai.HostFallbackWarning`` (once per call site); False
+makes it a TypeError (env ``CAI_HOST_FALLBACK=0``). Explicit copies stay silent.
+
+``reset()`` sets them back to their defaults; ``override(NAME=value, ...)`` is a context manager
 that sets some for a ``with`` block and restores them after it.
 
-Both take True or False only (a TypeError otherwise): a string such as "0" would otherwise be
+All take True or False only (a TypeError otherwise): a string such as "0" would otherwise be
 true in Python and false in the environment variable. The environment variables take
 0/1, false/true, no/yes, off/on (any case); anything else is a ValueError at import.
 """
@@ -27,6 +31,7 @@ from . import _cai
 # What type checkers see; at run time the properties of _Config below serve these names.
 CUDA_ARRAY_INTERFACE_SYNC: bool
 EXPORT_STREAM: bool
+HOST_FALLBACK: bool
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -61,9 +66,14 @@ def _switch(name: str, get: Callable[[], bool], set_: Callable[[bool], None]) ->
     return property(getter, setter)
 
 
+# Read only on the host-fallback path (cai._numpy_api), so a Python flag.
+_host_fallback = [True]
+
 _SWITCHES = {
     "CUDA_ARRAY_INTERFACE_SYNC": (_cai._get_import_sync, _cai._set_import_sync),
     "EXPORT_STREAM": (_cai._get_export_stream, _cai._set_export_stream),
+    "HOST_FALLBACK": (lambda: _host_fallback[0],
+                      lambda value: _host_fallback.__setitem__(0, value)),
 }
 
 
@@ -71,6 +81,7 @@ class _Config(types.ModuleType):
     CUDA_ARRAY_INTERFACE_SYNC = _switch("CUDA_ARRAY_INTERFACE_SYNC",
                                         *_SWITCHES["CUDA_ARRAY_INTERFACE_SYNC"])
     EXPORT_STREAM = _switch("EXPORT_STREAM", *_SWITCHES["EXPORT_STREAM"])
+    HOST_FALLBACK = _switch("HOST_FALLBACK", *_SWITCHES["HOST_FALLBACK"])
 
 
 def reset() -> None:
@@ -101,3 +112,4 @@ def override(**switches: bool) -> Iterator[None]:
 sys.modules[__name__].__class__ = _Config
 _cai._set_import_sync(_env_flag("CAI_CUDA_ARRAY_INTERFACE_SYNC", True))
 _cai._set_export_stream(_env_flag("CAI_EXPORT_STREAM", True))
+_host_fallback[0] = _env_flag("CAI_HOST_FALLBACK", True)

@@ -57,8 +57,20 @@ def _open_shared(handle: _IpcHandle) -> _DeviceNDArray:
     return arr
 
 
-def _reduce_shared(
-        arr: _DeviceNDArray) -> tuple[Callable[[_IpcHandle], _DeviceNDArray], tuple[_IpcHandle]]:
+_kDLCUDA = 2  # DLPack's device memory: what an IPC handle can share
+
+
+def _shareable(arr: _DeviceNDArray) -> bool:
+    """Device memory, its mask too: managed and mapped memory have no IPC handle."""
+    mask = arr.mask
+    return arr.__dlpack_device__()[0] == _kDLCUDA and (mask is None or _shareable(mask))
+
+
+def _reduce_shared(arr: _DeviceNDArray) -> tuple[Callable[..., _DeviceNDArray], tuple[Any, ...]]:
+    if not _shareable(arr):
+        # Managed or mapped memory travels by copy, as pickling sends arrays: refused in the
+        # queue's feeder thread, it would be dropped there and the receiver would wait forever.
+        return arr.__reduce_ex__(4)
     return (_open_shared, (arr.get_ipc_handle(),))
 
 

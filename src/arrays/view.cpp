@@ -66,13 +66,17 @@ DeviceBuffer::DeviceBuffer(device::MemoryKind kind, std::size_t bytes, sync::Str
 DeviceBuffer::~DeviceBuffer() {
   if (device::exiting()) return;  // leaked: freeing would wait for the streams
   if (allocator_) {
+    // Another thread's per-thread default stream cannot be named here (2 is this thread's):
+    // the memory goes back on the legacy default stream, which is ordered after it.
+    const sync::StreamRef back =
+        stream_.other_thread() ? sync::StreamRef(device::kLegacyDefaultStream) : stream_;
     try {
       // Work queued on the memory on other streams comes before the stream it is given back on.
-      if (sync_) sync_->order_before(device::backend(), stream_, -1, -1);
+      if (sync_) sync_->order_before(device::backend(), back, -1, -1);
     } catch (...) {
       return;  // cannot be ordered: leaked rather than reused under running work
     }
-    allocator_->deallocate(ptr_, bytes_, device_, stream_.handle);
+    allocator_->deallocate(ptr_, bytes_, device_, back.handle);
     return;
   }
   try {
@@ -88,15 +92,20 @@ View View::allocate(DType dtype, std::span<const std::int64_t> shape, bool fortr
   const std::int64_t itemsize = dtype.itemsize();
   Layout layout =
       fortran_order ? Layout::f_contiguous(shape, itemsize) : Layout::c_contiguous(shape, itemsize);
+  return allocate(std::move(dtype), std::move(layout), std::move(stream), kind);
+}
+
+View View::allocate(DType dtype, Layout layout, sync::StreamRef stream, device::MemoryKind kind) {
   if (layout.size() == 0)
     return View(0, std::move(dtype), std::move(layout), false, sync::SyncState::idle(stream), {});
+  const auto ext = layout.extent();
   auto buffer =
-      std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(layout.nbytes()), stream);
+      std::make_shared<DeviceBuffer>(kind, static_cast<std::size_t>(ext.hi - ext.lo), stream);
   // Memory from the backend is idle; an allocator's is ready only in order on its stream.
   auto state = buffer->stream_ordered() ? std::make_shared<sync::SyncState>(std::move(stream))
                                         : sync::SyncState::idle(std::move(stream));
   buffer->set_sync(state);
-  const std::uint64_t ptr = buffer->ptr();
+  const std::uint64_t ptr = buffer->ptr() - static_cast<std::uint64_t>(ext.lo);
   return View(ptr, std::move(dtype), std::move(layout), false, std::move(state), std::move(buffer));
 }
 

@@ -214,6 +214,7 @@ void SyncState::set_imported(device::Backend& backend, StreamHandle producer, Im
       how == ImportOrder::by_event ? std::make_shared<ImportEvent>(backend, producer) : nullptr;
   std::lock_guard lock(mutex_);
   stream_.reset();
+  device_ = -1;
   event_ = std::move(ev);
   if (event_) {
     foreign_producer_.reset();  // the event knows it
@@ -233,6 +234,7 @@ std::shared_ptr<SyncState> SyncState::imported_without_stream(StreamHandle produ
 void SyncState::set_stream(std::optional<StreamRef> s) {
   std::lock_guard lock(mutex_);
   stream_ = std::move(s);
+  device_ = -1;
   event_.reset();
   foreign_producer_.reset();
   if (stream_) mark_work();
@@ -267,10 +269,17 @@ void SyncState::order_before(device::Backend& backend, const StreamRef& waiter, 
   if (!pending()) return;  // the host waited for all of it
   std::optional<StreamRef> s;
   std::shared_ptr<ImportEvent> ev;
+  int device = -1;
   {
     std::lock_guard lock(mutex_);
     s = stream_;
     ev = event_;
+    device = device_;
+  }
+  if (s && device >= 0 && state_device < 0) {
+    // A default stream of a known device: the waiter's device may be another.
+    state_device = device;
+    waiter_device = backend.stream_device(waiter.handle);
   }
   if (ev) {
     if (ev->producer() == waiter.handle) return;
@@ -297,6 +306,12 @@ std::optional<StreamHandle> SyncState::export_handle(device::Backend& backend) {
     backend.event_record(scratch_event(backend, device_of_stream(backend, kLegacyDefaultStream)),
                          kLegacyDefaultStream);
     stream_ = StreamRef(kLegacyDefaultStream);
+  } else if (stream_ && device_ >= 0 && device_ != backend.current_device()) {
+    // A default stream of another device: the consumer names this device's, ordered after it.
+    const StreamRef here(kLegacyDefaultStream);
+    wait_for(backend, *stream_, device_, here, backend.current_device());
+    stream_ = here;
+    device_ = backend.current_device();
   }
   if (!stream_) return std::nullopt;
   return stream_->handle;
@@ -307,11 +322,14 @@ void SyncState::synchronize(device::Backend& backend) {
   const std::uint64_t clock = work_clock();
   std::optional<StreamRef> s;
   std::shared_ptr<ImportEvent> ev;
+  int device = -1;
   {
     std::lock_guard lock(mutex_);
     s = stream_;
     ev = event_;
+    device = device_;
   }
+  const device::DeviceGuard on(backend, device);  // a default stream of that device
   if (ev) {
     backend.event_synchronize(ev->event());
   } else if (s && s->other_thread()) {
@@ -328,25 +346,36 @@ bool SyncState::busy(device::Backend& backend) const {
   if (!pending()) return false;
   std::optional<StreamRef> s;
   std::shared_ptr<ImportEvent> ev;
+  int device = -1;
   {
     std::lock_guard lock(mutex_);
     s = stream_;
     ev = event_;
+    device = device_;
   }
   if (ev) return !backend.event_query(ev->event());
   if (!s) return false;
   if (s->other_thread()) return true;  // another thread's stream: assume work
+  const device::DeviceGuard on(backend, device);
   return !backend.stream_query(s->handle);
 }
 
 // ---------------------------------------------------------------------------------------------
 // StreamOrder.
 
+StreamOrder::StreamOrder(device::Backend& backend, StreamRef work)
+    : backend_(backend), work_(std::move(work)) {
+  // Default handles name a stream of the current device; with one device nothing is asked.
+  if (device::is_default_stream(work_.handle) && backend_.device_count() > 1)
+    work_device_ = backend_.current_device();
+}
+
 void StreamOrder::add(SyncState& state) {
   if (states_.any_of([&](SyncState* s) { return s == &state; })) return;
   // The producer's stream by handle and thread only: its owner is the state's to keep.
   std::optional<StreamRef> producer;
   std::shared_ptr<ImportEvent> ev;
+  int other_device = -1;  // the state's device, when it is another than the work's
   {
     std::lock_guard lock(state.mutex_);
     if (state.stream_) {
@@ -355,10 +384,14 @@ void StreamOrder::add(SyncState& state) {
       producer->thread = state.stream_->thread;
     }
     if (state.event_) ev = state.event_;
+    if (on_other_device(state)) other_device = state.device_;
   }
   if (ev) {
     // Work on the producer's own stream needs no wait (the stream is alive: it is used).
     if (ev->producer() != work_.handle) wait_for_event(backend_, work_.handle, ev->event());
+  } else if (producer && other_device >= 0) {
+    // The same handle on another device is another stream (memory every device reaches).
+    wait_for(backend_, *producer, other_device, work_, work_device_);
   } else if (producer && !producer->same_stream(work_)) {
     // Several arrays often share one stream: wait for it once.
     const StreamRef::Key k = producer->key();
@@ -375,50 +408,71 @@ void StreamOrder::finish() {
   detail::SmallVector<StreamRef::Key, 4> done;
   EventHandle ev = 0;
   bool legacy_waited = false;
-  for (std::size_t i = 0; i < states_.size(); ++i) {
-    SyncState* state = states_[i];
-    std::lock_guard lock(state->mutex_);
-    state->mark_work();
-    const std::optional<StreamHandle> foreign =
-        state->event_ ? std::optional(state->event_->producer())
-                      : (state->stream_ ? std::nullopt : state->foreign_producer_);
-    if (foreign && *foreign != work_.handle && !legacy_waited &&
-        work_.handle != kLegacyDefaultStream) {
-      // A producer's stream cai cannot trust to be alive gets no wait, and data imported with
-      // nothing pending names none (or one that was idle): the legacy stream waits,
-      // which orders the producer's later work after this work when its stream is blocking
-      // (docs/architecture.md, "Foreign streams").
+  std::size_t i = 0;
+  try {
+    for (; i < states_.size(); ++i) {
+      SyncState* state = states_[i];
+      std::lock_guard lock(state->mutex_);
+      state->mark_work();
+      const std::optional<StreamHandle> foreign =
+          state->event_ ? std::optional(state->event_->producer())
+                        : (state->stream_ ? std::nullopt : state->foreign_producer_);
+      if (foreign && *foreign != work_.handle && !legacy_waited &&
+          work_.handle != kLegacyDefaultStream) {
+        // A producer's stream cai cannot trust to be alive gets no wait, and data imported
+        // with nothing pending names none (or one that was idle): the legacy stream waits,
+        // which orders the producer's later work after this work when its stream is blocking
+        // (docs/architecture.md, "Foreign streams").
+        if (ev == 0) {
+          ev = scratch_event(backend_, device_of_stream(backend_, work_.handle));
+          backend_.event_record(ev, work_.handle);
+        }
+        backend_.stream_wait_event(kLegacyDefaultStream, ev);
+        trace_wait(kLegacyDefaultStream, work_.handle);
+        legacy_waited = true;
+      }
+      if (!state->stream_ || state->event_ || on_other_device(*state)) {
+        // No stream, one cai cannot trust to be alive, or a default stream of another device:
+        // the data adopts the work stream, which add() ordered after it.
+        state->stream_ = work_;
+        state->device_ = work_device_;
+        state->event_.reset();
+        state->foreign_producer_.reset();
+        continue;
+      }
+      StreamRef producer;
+      producer.handle = state->stream_->handle;
+      producer.thread = state->stream_->thread;
+      if (producer.same_stream(work_)) state->device_ = work_device_;
+      if (producer.same_stream(work_) ||
+          done.any_of([&](const StreamRef::Key& s) { return s == producer.key(); }))
+        continue;
+      const StreamHandle target = reachable(producer);
+      if (target == kLegacyDefaultStream && work_.handle == kLegacyDefaultStream) continue;
       if (ev == 0) {
         ev = scratch_event(backend_, device_of_stream(backend_, work_.handle));
         backend_.event_record(ev, work_.handle);
       }
-      backend_.stream_wait_event(kLegacyDefaultStream, ev);
-      trace_wait(kLegacyDefaultStream, work_.handle);
-      legacy_waited = true;
+      backend_.stream_wait_event(target, ev);
+      trace_wait(target, work_.handle);
+      done.push_back(producer.key());
     }
-    if (!state->stream_ || state->event_) {
-      // No stream, or one cai cannot trust to be alive: the data adopts the work stream,
-      // which is ordered after the import's event.
+  } catch (...) {
+    // The work is enqueued whatever failed here. add() ordered it after all the data's
+    // earlier work, so the data not yet ordered adopts the work stream: later work on the
+    // data waits for it (never races), and the error reaches the caller.
+    for (; i < states_.size(); ++i) {
+      SyncState* state = states_[i];
+      std::lock_guard lock(state->mutex_);
+      state->mark_work();
       state->stream_ = work_;
+      state->device_ = work_device_;
       state->event_.reset();
       state->foreign_producer_.reset();
-      continue;
     }
-    StreamRef producer;
-    producer.handle = state->stream_->handle;
-    producer.thread = state->stream_->thread;
-    if (producer.same_stream(work_) ||
-        done.any_of([&](const StreamRef::Key& s) { return s == producer.key(); }))
-      continue;
-    const StreamHandle target = reachable(producer);
-    if (target == kLegacyDefaultStream && work_.handle == kLegacyDefaultStream) continue;
-    if (ev == 0) {
-      ev = scratch_event(backend_, device_of_stream(backend_, work_.handle));
-      backend_.event_record(ev, work_.handle);
-    }
-    backend_.stream_wait_event(target, ev);
-    trace_wait(target, work_.handle);
-    done.push_back(producer.key());
+    states_.clear();
+    waited_.clear();
+    throw;
   }
   states_.clear();
   waited_.clear();

@@ -191,10 +191,15 @@ class TypedDLPack:
     """A foreign DLPack 1.3 producer written with ctypes, as a C library would: it describes the
     bytes of a 1-d cai array as elements of any DLPack type (code, bits), e.g. the float8
     codes, which no NumPy type names (sub-byte types take one byte each). No deleter: the
-    producer keeps the struct and the memory alive, so it must outlive what imports it."""
+    struct and the memory live as long as the process (as a C library's static tensor), so an
+    import may outlive the producer object (a consumer reads the struct again when it
+    releases the import; the tests once freed it first)."""
+
+    _kept = []  # every producer made: never freed
 
     def __init__(self, base, code, bits):
         assert base.ndim == 1 and base.is_c_contiguous()
+        TypedDLPack._kept.append(self)
         self.base = base
         self.shape = (ctypes.c_int64 * 1)(base.nbytes // max(1, bits // 8))
         self.strides = (ctypes.c_int64 * 1)(1)

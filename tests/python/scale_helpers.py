@@ -110,6 +110,7 @@ def importer(conn):
     ("finish_copy", key)            answers the copied values (waits for them);
     ("fill", key, value)            fills the array and waits for it;
     ("values", key)                 answers the array's values now (waits for its stream);
+    ("readonly", key)               answers whether the array is read-only;
     ("sync_error", key)             waits for the array's stream; answers the error if any;
     ("drop", key)                   deletes the array (and the handle's hold on it);
     ("ignore", handle)              drops a handle without opening it;
@@ -157,6 +158,8 @@ def _importer_step(conn, state, msg):
             conn.send(("filled",))
         elif cmd == "values":
             conn.send(("values", arrays[msg[1]].copy_to_host()))
+        elif cmd == "readonly":
+            conn.send(("readonly", arrays[msg[1]].readonly))
         elif cmd == "sync_error":
             try:
                 arrays[msg[1]].copy_to_host()

@@ -59,12 +59,12 @@ def test_constraint_failures_say_which():
 def test_stream_ordering_with_a_slow_producer():
     s = cai.stream()
     x = cai.device_array(1000, dtype=np.float64, stream=s)
-    cai.sim.delay(s, 0.5)
-    x[...] = 2.0  # queued on s behind the delay
-    y = cai.device_array(1000, dtype=np.float64, stream=cai.stream())
-    consumer = cai.stream()
-    _add_ext.add(x, x, y, stream=consumer)  # ordered after s by events, no host wait
-    assert not s.query()
+    with cai.sim.hold(s):
+        x[...] = 2.0  # queued on s behind the gate
+        y = cai.device_array(1000, dtype=np.float64, stream=cai.stream())
+        consumer = cai.stream()
+        _add_ext.add(x, x, y, stream=consumer)  # ordered after s by events, no host wait
+        assert not s.query()
     np.testing.assert_array_equal(y.copy_to_host(), np.full(1000, 4.0))
     # and the producer's later work cannot overtake the extension's read
     x[...] = 0.0

@@ -27,6 +27,14 @@ def read_svg(path):
 
 
 def test_interop_quick(tmp_path):
+    # Every row is measured: the C exchange API row needs tests/ext's probes, the floors
+    # bench/floor_ext. Not built is a failure that says so, never a skip.
+    missing = [f"{name} (in {where}: {what})" for name, where, what in (
+        ("_cai_probes", build_dir("ext"), "cmake -S tests/ext -B build/ext"),
+        ("_cai_bench_floor", build_dir("bench_floor"), "cmake -S bench/floor_ext -B build/bench_floor"))
+        if not any(where.glob(f"{name}.*.so"))]
+    assert not missing, ("not built: " + "; ".join(missing) +
+                         " (scripts/test.sh builds them before pytest)")
     md, svg, js = tmp_path / "b.md", tmp_path / "b.svg", tmp_path / "b.json"
     args = [sys.executable, str(SCRIPT), "--quick", "--markdown", str(md), "--svg", str(svg),
             "--json", str(js)]

@@ -245,6 +245,24 @@ def test_importing_a_pointer_of_another_device():
 
 
 @two_devices
+def test_an_import_ordered_by_an_event_of_the_producers_device():
+    # A producer busy on a stream of device 1 while device 0 is current: the import's event,
+    # and the ordering events after it, are made on device 1 (an event of device 0 cannot be
+    # recorded on a stream of device 1).
+    with cai.Device(1):
+        s = cai.stream(non_blocking=True)
+        x = cai.to_device(np.zeros(64, np.float32), stream=s)
+        s.synchronize()
+    with cai.sim.hold(s):
+        cai.ops.fill(x, 4.0)                            # queued on device 1's stream
+        imported = cai.as_cuda_array(DictProducer(x.__cuda_array_interface__, keep=x))
+        out = cai.device_array_like(imported)          # on device 1, as its argument
+        cai.ops.copy(out, imported)                     # waits for the import's event
+        assert not s.query()
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(64, 4.0, np.float32))
+
+
+@two_devices
 def test_deepcopy_stays_on_the_device_and_pickling_lands_on_the_current_one():
     import copy
 

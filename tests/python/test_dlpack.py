@@ -218,16 +218,16 @@ def test_exchange_api_current_stream_and_allocator():
 def test_consumer_uses_foreign_exchange_api_and_its_work_stream():
     s = cai.stream()
     a = cai.device_array(1000, dtype=np.float64, stream=s)
-    cai.sim.delay(s, 0.5)
-    a[...] = 3.0  # queued on s behind the delay
-    probes.ForeignProducer.set_work_stream(s.handle)
-    p = probes.ForeignProducer(a)
-    b = cai.from_dlpack(p)  # __dlpack__ of the producer raises: the table must be used
-    # A foreign stream is not kept: an event recorded on it at import orders what follows.
-    assert b.stream is None
     out = cai.device_array(1000, dtype=np.float64, stream=cai.stream())
-    cai.ops.add(b, b, out)  # ordered after s with an event: no race, right result
-    assert not s.query()  # and the host did not wait for the producer
+    with cai.sim.hold(s):
+        a[...] = 3.0  # queued on s behind the gate
+        probes.ForeignProducer.set_work_stream(s.handle)
+        p = probes.ForeignProducer(a)
+        b = cai.from_dlpack(p)  # __dlpack__ of the producer raises: the table must be used
+        # A foreign stream is not kept: an event recorded on it at import orders what follows.
+        assert b.stream is None
+        cai.ops.add(b, b, out)  # ordered after s with an event: no race, right result
+        assert not s.query()  # and the host did not wait for the producer
     np.testing.assert_array_equal(out.copy_to_host(), np.full(1000, 6.0))
 
 

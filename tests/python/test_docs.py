@@ -2,15 +2,20 @@
 of README.md and docs/*.md, files added later included, is classified by its info string and
 checked accordingly:
 
-  python        run as written, in a fresh interpreter, on the simulator with two simulated
-                devices (CAI_BACKEND=sim CAI_SIM_DEVICES=2); it must exit with status 0 and
+  python        run as written, in a fresh interpreter, on the simulator (CAI_BACKEND=sim, and
+                no CAI_SIM_DEVICES: a block that needs two devices sets it itself, as a
+                reader's run would need); it must exit with status 0 and
                 print no traceback (a child process's included). A block whose first line
                 is `# run: mpiexec -n 2` runs under .venv's mpiexec with two ranks
   python gpu    needs a GPU (and the libraries it imports): never run here, but compiled, its
                 cai names looked up, and the literal dtypes of the arrays given to one
                 cai.ops call compared
   sh run        run with bash -e from the repository root, on the simulator
-  sh            shown, not run (builds, long benchmarks, GPU machines)
+  sh gpu, sh network, sh long, sh example
+                not run, because they need a GPU, the network, minutes (builds, benchmarks,
+                the whole suite) or a program of the reader's: parsed by `bash -n`. A plain
+                `sh` block is refused: every shell block is run or says why not. Every shell
+                block names the interpreter it runs Python with (.venv/bin/python)
   c, cpp, cuda  compiled by test_cpp_package.py (every C/C++/CUDA block of these files)
   cmake, text, and blocks without an info string: output and listings, not run
 
@@ -30,7 +35,10 @@ import pytest
 import extensions
 
 ROOT = extensions.ROOT
-KINDS = {"python", "python gpu", "sh run", "sh", "c", "cpp", "cuda", "cmake", "text", ""}
+# Shell blocks are run (`sh run`) or say why not: they need a GPU, the network, minutes (builds,
+# benchmarks, the whole suite) or a program of the reader's; those are checked statically.
+SH_MARKED = {"sh gpu", "sh network", "sh long", "sh example"}
+KINDS = {"python", "python gpu", "sh run", *SH_MARKED, "c", "cpp", "cuda", "cmake", "text", ""}
 FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
 MPI_LINE = "# run: mpiexec -n 2\n"
 
@@ -63,7 +71,8 @@ def all_blocks(kinds):
 
 
 def run_env():
-    env = dict(os.environ, CAI_BACKEND="sim", CAI_SIM_DEVICES="2")
+    env = dict(os.environ, CAI_BACKEND="sim")
+    env.pop("CAI_SIM_DEVICES", None)  # blocks that need two devices say so themselves
     env["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     return env
 
@@ -213,6 +222,32 @@ def test_marked_shell_blocks_run(code):
     r = subprocess.run(["bash", "-e", "-c", code], cwd=ROOT, env=run_env(),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"{code}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
+
+
+# A command word `python`/`python3` that is not a path: which interpreter runs depends on the
+# reader's PATH, so a block would run another Python than the one cai is installed in.
+BARE_PYTHON = re.compile(r"(?:^|[\s;|&(`]|\$\()(python3?)\b(?![-.\w/])")
+
+
+def test_shell_blocks_name_their_interpreter():
+    bare = []
+    for path in doc_files():
+        for line, info, code in blocks(path):
+            if info not in SH_MARKED | {"sh run"}:
+                continue
+            for i, text in enumerate(code.splitlines()):
+                command = text.split("#", 1)[0]
+                if BARE_PYTHON.search(command):
+                    bare.append(f"{path.relative_to(ROOT)}:{line + i + 1}: {text.strip()}")
+    assert bare == [], "shell lines that run `python` without saying which (.venv/bin/python)"
+    assert BARE_PYTHON.search("x=$(python -m cai --cmake-dir)")
+    assert not BARE_PYTHON.search(".venv/bin/python -m cai; python-config --help")
+
+
+@pytest.mark.parametrize("code", list(all_blocks(SH_MARKED)))
+def test_shell_blocks_that_do_not_run_here_parse(code):
+    r = subprocess.run(["bash", "-n", "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"{code}\n--- bash -n\n{r.stderr}"
 
 
 def test_collector_classifies_blocks(tmp_path):

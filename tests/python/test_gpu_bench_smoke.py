@@ -5,9 +5,11 @@ scripts/gpu-check.sh's runner (its facts step alone), and the collection of the 
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -173,7 +175,7 @@ def test_gpu_check_runner(tmp_path):
     reported as not selected, and the results are written where OUT says."""
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), GPU_CHECK_WORK=str(tmp_path / "work"),
-               GPU_CHECK_STEPS="facts", PYTHON=sys.executable)
+               GPU_CHECK_STEPS="facts", PYTHON=sys.executable, GPU_CHECK_ALLOW_NO_GPU="1")
     res = subprocess.run([str(ROOT / "scripts" / "gpu-check.sh")], env=env, capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -185,6 +187,69 @@ def test_gpu_check_runner(tmp_path):
     assert {s["name"] for s in steps if s["status"] == "skip"} >= {"install", "pytest", "bench"}
     with tarfile.open(out / "gpu-logs.tar.gz") as tar:
         assert any(n.endswith("logs/facts.log") for n in tar.getnames())
+
+
+@pytest.mark.parametrize("args", [["--quick"], ["--part", "1"], []])
+def test_gpu_check_stops_at_once_without_a_gpu(tmp_path, args):
+    """Issue 27, item 5: where cai's CUDA backend cannot run (here: CAI_BACKEND=sim, and no
+    NVIDIA driver on CI machines), the check says so and starts nothing."""
+    env = dict(os.environ, OUT=str(tmp_path / "out"), GPU_CHECK_WORK=str(tmp_path / "work"),
+               CAI_BACKEND="sim", PYTHON=sys.executable)
+    res = subprocess.run([str(ROOT / "scripts" / "gpu-check.sh"), *args], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert res.stdout.startswith("gpu-check: not run: CAI_BACKEND=sim:"), res.stdout
+    assert not (tmp_path / "work").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args", [["--part", "0"], ["--part", "7"], ["--part"], ["--fast"]])
+def test_gpu_check_refuses_unknown_options(tmp_path, args):
+    res = subprocess.run([str(ROOT / "scripts" / "gpu-check.sh"), *args],
+                         env=dict(os.environ, GPU_CHECK_WORK=str(tmp_path / "work")),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "gpu-check.sh: " in res.stderr, res.stdout + res.stderr
+
+
+def test_gpu_check_ends_the_processes_it_started_when_stopped(tmp_path):
+    """Issue 27, item 5: a check stopped (TERM, as a device's time limit does) ends what its
+    steps started, children that outlive their step included. PYTHON is a stand-in that starts
+    a detached grandchild and then blocks, as a hung step would."""
+    pids = tmp_path / "pids"
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\n"
+                    f"setsid sleep 300 & echo $! >> {pids}\n"
+                    f"echo $$ >> {pids}\n"
+                    "exec sleep 300\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, OUT=str(tmp_path / "out"), GPU_CHECK_WORK=str(tmp_path / "work"),
+               GPU_CHECK_STEPS="facts", PYTHON=str(fake), GPU_CHECK_ALLOW_NO_GPU="1")
+    proc = subprocess.Popen([str(ROOT / "scripts" / "gpu-check.sh")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pids.exists() and len(pids.read_text().split()) >= 2):
+            assert time.monotonic() < deadline, "the facts step never started the stand-in"
+            assert proc.poll() is None, "the check ended before its step started"
+            time.sleep(0.05)
+        started = [int(p) for p in pids.read_text().split()]
+        proc.terminate()
+        assert proc.wait(timeout=60) != 0
+        def running(pid):  # a zombie waits for its reaper only
+            try:
+                return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                return False
+        assert [pid for pid in started if running(pid)] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if pids.exists():
+            for pid in pids.read_text().split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
 
 
 def test_gpu_suite_collects_without_gpu_libraries():

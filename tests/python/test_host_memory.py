@@ -2,7 +2,10 @@
 managed_array, mapped_array, pinned_array and pinned(*arrays) as Numba has them; copies with a
 stream and page-locked host memory are queued without the host waiting, copies with pageable
 memory finish before the call returns (the driver's documented behaviour), and stream=0 always
-waits. Asynchrony is shown with cai.sim.delay and stream.query(), never with the clock."""
+waits. Asynchrony is shown with cai.sim.hold, cai.sim.delay and stream.query(), never with the
+clock."""
+
+import threading
 
 import numpy as np
 import pytest
@@ -12,12 +15,27 @@ import cai
 kDLCUDAHost, kDLCUDAManaged = 3, 13
 
 
+_GATES = {}
+
+
 @pytest.fixture
 def slow():
-    """A non-blocking stream whose next work starts late: query() says whether a call waited."""
+    """A non-blocking stream held by a gate (cai.sim.hold): what is queued on it stays queued
+    until let_go(slow), so query() says whether a call waited."""
     s = cai.stream(non_blocking=True)
-    cai.sim.delay(s, 0.2)
-    return s
+    with cai.sim.hold(s) as gate:
+        _GATES[s.handle] = gate
+        yield s
+    del _GATES[s.handle]
+
+
+def let_go(stream, later=False):
+    """Releases the gate of `slow`; `later`: from another thread, while the host may wait."""
+    gate = _GATES[stream.handle]
+    if later:
+        threading.Thread(target=gate.release).start()
+    else:
+        gate.release()
 
 
 @pytest.mark.parametrize("make,device_type", [(cai.managed_array, kDLCUDAManaged),
@@ -38,8 +56,9 @@ def test_device_arrays_the_host_reads_in_place(make, device_type):
 
 def test_a_host_view_waits_for_the_work_queued_on_the_array(slow):
     a = cai.managed_array(1000, stream=slow)
-    cai.ops.fill(a, 3.0)  # queued behind the delay
+    cai.ops.fill(a, 3.0)  # queued behind the gate
     assert not slow.query()
+    let_go(slow, later=True)
     np.testing.assert_array_equal(np.asarray(a), np.full(1000, 3.0))
 
 
@@ -67,11 +86,14 @@ def test_pinned_array_is_a_numpy_array_whose_copies_do_not_wait(slow):
     out = cai.pinned_array((4, 5), dtype=np.int32)
     d.copy_to_host(out, stream=slow)  # queued too: out is filled once the stream gets there
     assert not slow.query()
+    let_go(slow)
     slow.synchronize()
     np.testing.assert_array_equal(out, np.arange(20).reshape(4, 5))
 
 
-def test_pageable_copies_finish_before_returning_even_with_a_stream(slow):
+def test_pageable_copies_finish_before_returning_even_with_a_stream():
+    slow = cai.stream(non_blocking=True)
+    cai.sim.delay(slow, 0.2)  # a copy that returned early would find the stream busy
     host = np.arange(64.0)
     d = cai.to_device(host, stream=slow)
     # The simulated driver returns once the copy is done, a GPU's once the buffer is staged:
@@ -101,6 +123,7 @@ def test_pinned_page_locks_numpy_arrays_for_a_block(slow):
     with cai.pinned(x):
         d = cai.to_device(x, stream=slow)
         assert not slow.query()  # page-locked: queued
+        let_go(slow)
         slow.synchronize()
         with pytest.raises(cai.DeviceError, match="CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"):
             with cai.pinned(x[1:]):
@@ -133,6 +156,7 @@ def test_pinned_locks_shared_pages_once(slow):
     with cai.pinned(x, x[1:], x[::7], *small):
         cai.to_device(x[1:], stream=slow)
         assert not slow.query()  # page-locked: queued
+        let_go(slow)
         slow.synchronize()
     cai.sim.delay(slow, 0.2)
     cai.to_device(x, stream=slow)

@@ -66,7 +66,7 @@ def test_info_imports_no_array_library():
     assert r.stdout.strip() == "[]"
 
 
-@pytest.mark.skipif(cai.cuda_available(), reason="a CUDA driver is present")
+@pytest.mark.skipif(cai._cai.cuda_available(), reason="a CUDA driver is present")
 def test_info_states_the_simulator_fallback_and_survives_a_forced_cuda():
     r = run_module("info", backend=None)
     assert r.returncode == 0, r.stderr
@@ -88,7 +88,7 @@ def test_demo_first_line_states_the_fallback_and_names_the_document():
     r = run_module("demo", backend=None)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
-    if not cai.cuda_available():
+    if not cai._cai.cuda_available():
         assert lines[0].startswith(f"cai {cai.__version__} on backend: simulator (no usable "
                                    "CUDA driver here: ")
         assert "simulated driver" in lines[0]

@@ -59,6 +59,26 @@ def test_views_carry_offset_and_strides(child, index):
     np.testing.assert_array_equal(values_of(child, "v"), expected)
 
 
+def test_a_readonly_array_is_opened_readonly(child):
+    a = cai.to_device(np.arange(8, dtype=np.float32))
+    d = dict(a.__cuda_array_interface__)
+    d["data"] = (a.ptr, True)
+    ro = cai.from_cuda_array_interface(d, owner=a)
+    assert ro.readonly
+    h = ro.get_ipc_handle()
+    assert h.readonly and not a.get_ipc_handle().readonly
+    assert pickle.loads(pickle.dumps(h)).readonly
+    for key, sent in (("direct", h), ("pickled", pickle.dumps(h))):
+        child.send("open", sent, key)
+        assert child.recv()[0] == "opened"
+        child.send("readonly", key)
+        assert child.recv() == ("readonly", True), key
+    child.send("open", a.get_ipc_handle(), "writable")
+    child.recv()
+    child.send("readonly", "writable")
+    assert child.recv() == ("readonly", False)
+
+
 def test_exporter_work_is_ordered_before_the_importer_without_host_waits(child):
     # Nothing may be freed while the gate holds a stream: a free waits for all queued work
     # (as cudaFree does), so release earlier tests' memory first.

@@ -51,25 +51,32 @@ def _open_error(child, rebuild, fields):
     return child.recv()
 
 
-def test_corrupt_fields_are_refused_and_cleaned_up_without_a_crash():
+# Out-of-range and forged values of the fields a process reads from a handle of another one.
+CORRUPT = {SLOT: [65536, 2**31, 2**32 - 1], TICKET: [2**62, 2**64 - 1, 0],
+           GENERATION: [2**64 - 1], CONTROL_FD: [-1, 2**31 - 1, 9999]}
+
+
+def test_corrupt_fields_are_cleaned_up_without_a_crash():
     """Item 6: an out-of-range slot, ticket, generation or descriptor segfaulted the receiver
     when the handle was dropped or closed (also at exit). Each is made, dropped, closed and
-    left for exit in a fresh interpreter; a forged handle that is opened is refused."""
-    r = run_isolated("""
+    left for exit in a fresh interpreter. There the exporter itself receives them: it opens
+    its own memory from its own records, so it reads no descriptor, and a ticket of 0 is its
+    own handle's (no reference). Exactly two open: the ticket of 0, and the first copy of the
+    genuine ticket (with a descriptor of -1); the later copies find that ticket used."""
+    r = run_isolated(f"""
         import gc, numpy as np, cai
         a = cai.to_device(np.arange(8.0))
         h = a.get_ipc_handle()
         rebuild, fields = h.__reduce__()
-        bad = {18: [65536, 2**31, 2**32 - 1], 20: [2**62, 2**64 - 1, 0], 19: [2**64 - 1],
-               17: [-1, 2**31 - 1, 9999]}
-        kept = []
-        for pos, values in bad.items():
+        kept, opened = [], []
+        for pos, values in {CORRUPT!r}.items():
             for v in values:
                 f = list(fields)
                 f[pos] = v
                 x = rebuild(*f)        # a received handle: holds what its ticket stands for
                 try:
                     x.open()
+                    opened.append((pos, v))
                 except (ValueError, cai.DeviceError):
                     pass
                 y = rebuild(*f)
@@ -80,15 +87,34 @@ def test_corrupt_fields_are_refused_and_cleaned_up_without_a_crash():
         rebuild(*fields)               # the real one: its reference goes back when dropped
         gc.collect()
         assert cai._cai._ipc_exports_in_use() == 0, cai._cai._ipc_exports_in_use()
-        print("ok")
+        print(sorted(opened))
     """, timeout=120)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.stdout, r.stderr[-3000:])
+    assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
+    assert r.stdout.strip() == str([(CONTROL_FD, -1), (TICKET, 0)]), (r.stdout, r.stderr[-3000:])
     assert "Segmentation" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("pos, value", [(p, v) for p, vs in CORRUPT.items() for v in vs])
+def test_another_process_refuses_every_corrupt_field(child, pos, value):
+    a = cai.to_device(np.arange(8.0))
+    rebuild, genuine = forge(a.get_ipc_handle())
+    fields = list(genuine)
+    fields[pos] = value
+    tag, *error = _open_error(child, rebuild, fields)
+    assert tag == "raised" and error[0] in ("ValueError", "DeviceError"), (tag, error)
+    assert "corrupt" in error[1] or "stale" in error[1] or "no reference" in error[1] or \
+        "descriptor" in error[1], error[1]
+    # The refusal used nothing: the genuine fields still open, and their reference goes back.
+    child.send("open", pickle.dumps(Raw(rebuild, genuine)), "a")
+    assert child.recv()[0] == "opened"
+    child.send("drop", "a")
+    child.recv()
 
 
 def test_a_ticket_never_issued_gives_back_nothing(child):
     """Item 7: a handle whose ticket was never issued gave back a reference it never held, so
     the exporter freed memory an importer still mapped."""
+    before = cai._cai._ipc_exports_in_use()  # earlier tests' forged handles keep theirs
     a = cai.to_device(np.arange(8.0))
     b = cai.to_device(np.arange(4.0))
     h = a.get_ipc_handle()
@@ -104,7 +130,7 @@ def test_a_ticket_never_issued_gives_back_nothing(child):
         tag, kind, msg = _open_error(child, rebuild, f)
         assert kind == "ValueError" and "was not issued by process" in msg, msg
     # Nothing was given back: both real handles still hold their references and open.
-    assert cai._cai._ipc_exports_in_use() == 2
+    assert cai._cai._ipc_exports_in_use() == before + 2
     child.send("open", pickle.dumps(Raw(rebuild, fields)), "a")
     assert child.recv()[0] == "opened"
     child.send("open", pickle.dumps(Raw(rebuild, b_fields)), "b")

@@ -1,5 +1,5 @@
 """The types people train in (docs/python.md, "bfloat16 and float8"): with ml_dtypes installed
-(requirements.txt), arrays of its bfloat16, float8, float6 and float4 types keep their type
+(requirements-dev.txt), arrays of its bfloat16, float8, float6 and float4 types keep their type
 from the host to the device and back, through DLPack (with DLPack 1.3's type codes) in both
 directions, through pickling and in DeviceNDArray.dtype. Without ml_dtypes they are NumPy's
 opaque V2 / V1, but a DLPack round trip still keeps each type code, and a host round trip
@@ -8,7 +8,7 @@ gives raw bytes that DLPack refuses to export rather than guess a format."""
 import pathlib
 import pickle
 
-import ml_dtypes  # requirements.txt: never skipped
+import ml_dtypes  # requirements-dev.txt: never skipped
 import numpy as np
 import pytest
 

@@ -1,7 +1,7 @@
 """MPI through mpi4py (docs/scale-out.md): cai arrays are MPI buffers as they are (mpi4py
 reads their DLPack or CUDA Array Interface). mpi4py never waits for streams, so a program
 makes an array ready with arr.synchronize() before MPI touches it. Runs `mpiexec -n 2` with
-the MPICH wheel from requirements.txt, which is not CUDA-aware: the buffers are managed arrays,
+the MPICH wheel from requirements-dev.txt, which is not CUDA-aware: the buffers are managed arrays,
 which the host reaches too (device memory needs a CUDA-aware MPI, on the simulated driver as
 on a GPU)."""
 
@@ -66,7 +66,7 @@ PROGRAM = textwrap.dedent("""
 
 
 def test_mpiexec_two_ranks_exchange_cai_arrays(tmp_path):
-    assert MPIEXEC.exists(), "mpiexec comes with the mpich wheel (requirements.txt)"
+    assert MPIEXEC.exists(), "mpiexec comes with the mpich wheel (requirements-dev.txt)"
     script = tmp_path / "mpi_program.py"
     script.write_text(PROGRAM)
     env = os.environ | {"CAI_BACKEND": "sim"}

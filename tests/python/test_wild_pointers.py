@@ -35,7 +35,7 @@ def refused(fn, *parts):
     raise AssertionError("no DeviceError")
 """
 
-BACKENDS = ["sim"] + (["cuda"] if cai.cuda_available() else [])
+BACKENDS = ["sim"] + (["cuda"] if cai._cai.cuda_available() else [])
 # One backend: the same refusal on the simulated driver as on a GPU.
 NOT_BACKEND_MEMORY = {"sim": "is not CUDA memory", "cuda": "is not CUDA memory"}
 

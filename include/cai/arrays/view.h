@@ -65,6 +65,10 @@ class View {
   static View allocate(DType dtype, std::span<const std::int64_t> shape, bool fortran_order,
                        sync::StreamRef stream,
                        device::MemoryKind kind = device::MemoryKind::device);
+  /// The same for any layout whose elements do not overlap (explicit strides): the memory is
+  /// the extent the strides span.
+  static View allocate(DType dtype, Layout layout, sync::StreamRef stream,
+                       device::MemoryKind kind = device::MemoryKind::device);
 
   /// Address of the element at index (0, ..., 0); 0 for a zero-size array.
   std::uint64_t ptr() const noexcept { return ptr_; }

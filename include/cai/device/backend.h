@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "cai/core/layout.h"
 #include "cai/device/operations.h"
@@ -128,6 +129,8 @@ class Backend {
   DeviceProperties properties(int device);
   int current_device();
   void set_current_device(int device);
+  /// The current device's free and total memory in bytes (cuMemGetInfo).
+  std::pair<std::size_t, std::size_t> memory_info();
 
   // Memory. alloc(…, 0) returns 0 and free(0) does nothing.
   std::uint64_t alloc(MemoryKind kind, std::size_t bytes);

@@ -226,6 +226,10 @@ class SyncState {
   std::atomic<std::uint64_t> work_{0};  // the mark of the last work; 0: none since the host waited
   // imported_without_stream()'s producer (0: unnamed), until the first work.
   std::optional<StreamHandle> foreign_producer_;
+  // With several devices, the device whose default stream stream_ names (handles 1 and 2 are
+  // per device: memory every device reaches, managed or mapped, may be used on any); -1: the
+  // current one. Set by StreamOrder.
+  int device_ = -1;
 };
 
 namespace detail {
@@ -272,8 +276,7 @@ class SmallVector {
 /// finish().
 class StreamOrder {
  public:
-  StreamOrder(device::Backend& backend, StreamRef work)
-      : backend_(backend), work_(std::move(work)) {}
+  StreamOrder(device::Backend& backend, StreamRef work);
   StreamOrder(const StreamOrder&) = delete;
   StreamOrder& operator=(const StreamOrder&) = delete;
 
@@ -285,8 +288,14 @@ class StreamOrder {
   void finish();
 
  private:
+  /// Whether the state's stream is a default stream of another device than the work's.
+  bool on_other_device(const SyncState& state) const noexcept {
+    return work_device_ >= 0 && state.device_ >= 0 && state.device_ != work_device_;
+  }
+
   device::Backend& backend_;
   StreamRef work_;
+  int work_device_ = -1;  // with several devices, the device of a default work stream
   detail::SmallVector<SyncState*, 8> states_;
   detail::SmallVector<StreamRef::Key, 4> waited_;  // producer streams waited for
 };

@@ -130,6 +130,18 @@ struct BackendState {
   cu::CUcontext current_context();
   /// The ordinal of the current context's device.
   int current_ordinal();
+  /// call() for an entry that needs a current context: on CUDA_ERROR_INVALID_CONTEXT (a thread
+  /// without one) it makes one current (current_context()) and calls again, so that the hot
+  /// paths pay nothing on the threads that have one.
+  template <class F>
+  cu::CUresult with_context(F&& call) {
+    cu::CUresult r = call();
+    if (r == cu::CUDA_ERROR_INVALID_CONTEXT) {
+      current_context();
+      r = call();
+    }
+    return r;
+  }
   /// The context a stream belongs to; the current one for the legacy and per-thread streams.
   cu::CUcontext stream_context(cu::CUstream s);
   /// The ordinal of the device a context runs on.

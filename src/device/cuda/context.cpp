@@ -102,7 +102,7 @@ CUcontext BackendState::stream_context(CUstream s) {
   const auto v = reinterpret_cast<std::uintptr_t>(s);
   if (v <= 2) return current_context();  // NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
   CUcontext ctx = nullptr;
-  CAI_DRIVER(*this, cuStreamGetCtx, s, &ctx);
+  check(with_context([&] { return api.cuStreamGetCtx(s, &ctx); }), "cuStreamGetCtx");
   return ctx;
 }
 
@@ -248,6 +248,14 @@ DeviceProperties Backend::properties(int device) {
   return p;
 }
 
+std::pair<std::size_t, std::size_t> Backend::memory_info() {
+  BackendState& st = *state_;
+  st.current_context();
+  std::size_t free = 0, total = 0;
+  CAI_DRIVER(st, cuMemGetInfo, &free, &total);
+  return {free, total};
+}
+
 int Backend::current_device() {
   return state_->current_ordinal();
 }
@@ -262,14 +270,33 @@ void Backend::set_current_device(int device) {
 
 namespace {
 std::atomic<bool> g_exiting{false};
-// Set in a child forked after the backend was made: a driver's state (its threads, locks,
-// contexts) does not survive fork.
-std::atomic<bool> g_backend_made{false};
+// Which driver this process initialised (the backend's, or libcuda.so.1's cuInit run by
+// cuda_available() and cuda_info()), or null. A child forked after it gets g_forked_from: a
+// driver's state (its threads, locks, contexts) does not survive fork.
+std::atomic<const char*> g_initialised{nullptr};
 std::atomic<int> g_forked_from{0};
 
 void after_fork_in_child() {
-  if (g_backend_made.load(std::memory_order_relaxed) && g_forked_from.load() == 0)
+  if (g_initialised.load(std::memory_order_relaxed) != nullptr && g_forked_from.load() == 0)
     g_forked_from.store(static_cast<int>(::getppid()));
+}
+
+// From now on a forked child refuses backend(): `what` was initialised.
+void arm_fork_check(const char* what) {
+  static const bool registered = [] {
+    ::pthread_atfork(nullptr, nullptr, &after_fork_in_child);
+    return true;
+  }();
+  (void)registered;
+  const char* none = nullptr;
+  g_initialised.compare_exchange_strong(none, what);
+}
+
+// libcuda.so.1, with the fork check armed once its cuInit ran.
+std::shared_ptr<const cu::Driver> initialised_libcuda() {
+  std::shared_ptr<const cu::Driver> d = cu::libcuda();
+  if (d->initialised) arm_fork_check("CUDA driver");
+  return d;
 }
 }  // namespace
 
@@ -291,28 +318,27 @@ bool exiting() noexcept {
 Backend& backend() {
   // Leaked on purpose: no destructor runs at exit, so exit never waits for stream work or
   // races with threads that still use the backend. If the choice throws, the next call retries.
-  static Backend* const chosen = [] {
-    const char* env = std::getenv("CAI_BACKEND");
-    Backend* b = detail::select_backend(env ? env : "").release();
-    ::pthread_atfork(nullptr, nullptr, &after_fork_in_child);
-    g_backend_made.store(true);
-    return b;
-  }();
+  // Checked first: a child must not make a backend over the parent's driver either.
   if (const int parent = g_forked_from.load(std::memory_order_relaxed); parent != 0) [[unlikely]] {
     throw_error(Errc::device_error,
                 "cai: this process was forked from process " + std::to_string(parent) +
-                    " after cai had initialised the " +
-                    (chosen->simulated() ? "simulated driver" : "CUDA driver") +
+                    " after cai had initialised the " + std::string(g_initialised.load()) +
                     "; a driver's state does not survive fork (as CUDA and PyTorch, cai cannot "
                     "be used in the child). Start processes with the 'spawn' method "
                     "(multiprocessing.get_context('spawn'); cai.multiprocessing does by default)");
   }
+  static Backend* const chosen = [] {
+    const char* env = std::getenv("CAI_BACKEND");
+    Backend* b = detail::select_backend(env ? env : "").release();
+    arm_fork_check(b->simulated() ? "simulated driver" : "CUDA driver");
+    return b;
+  }();
   return *chosen;
 }
 
 bool cuda_available() {
   try {
-    const std::shared_ptr<const cu::Driver> d = cu::libcuda();
+    const std::shared_ptr<const cu::Driver> d = initialised_libcuda();
     return d->ok && !d->simulated;  // the process's libcuda.so.1 may be cai's simulated one
   } catch (...) {
     return false;
@@ -323,7 +349,7 @@ CudaInfo cuda_info() {
   CudaInfo info;
   info.api_version = cu::kDriverApiVersion;
   info.kernels = detail::cuda_kernels_built();
-  const std::shared_ptr<const cu::Driver> d = cu::libcuda();
+  const std::shared_ptr<const cu::Driver> d = initialised_libcuda();
   if (d->simulated) {  // NVIDIA's driver is not this process's libcuda.so.1
     info.error = "the process's libcuda.so.1 is cai's simulated driver";
     return info;

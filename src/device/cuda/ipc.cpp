@@ -107,6 +107,7 @@ EventHandle Backend::ipc_event_create() {
 
 IpcEventHandle Backend::ipc_export_event(EventHandle e) {
   CUipcEventHandle h{};
+  state_->current_context();
   CAI_DRIVER(*state_, cuIpcGetEventHandle, &h, to_event(e, "ipc_export_event()"));
   IpcEventHandle out;
   static_assert(sizeof h == sizeof out.bytes);

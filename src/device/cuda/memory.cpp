@@ -425,6 +425,7 @@ void Backend::host_register(std::uint64_t ptr, std::size_t bytes) {
 void Backend::host_unregister(std::uint64_t ptr) {
   BackendState& st = *state_;
   st.ranges.remove_own(ptr);
+  st.current_context();  // cuMemHostUnregister needs one
   CAI_DRIVER(st, cuMemHostUnregister, reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)));
 }
 

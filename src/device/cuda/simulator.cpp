@@ -206,7 +206,7 @@ std::uint64_t alloc_chunked(Backend& b, std::size_t chunk_bytes, unsigned chunks
 }
 
 void free_chunked(Backend& b, std::uint64_t ptr) {
-  auto& st = simulated(b, "free_chunked");
+  auto& st = simulated(b, "free_chunked", true);
   st.ranges.forget(ptr, 1);
   CAI_SIM(st, caiSimMemFreeChunked, ptr);
 }

@@ -1,5 +1,7 @@
 // The backend's streams, events and host functions.
 
+#include <cstdio>
+#include <exception>
 #include <memory>
 #include <string>
 
@@ -28,6 +30,7 @@ void Backend::stream_destroy(StreamHandle s) {
     throw_error(Errc::value_error,
                 std::string(where) + ": the default streams (1, 2) cannot be destroyed");
   }
+  state_->current_context();
   CAI_DRIVER(*state_, cuStreamDestroy, stream);
 }
 
@@ -36,14 +39,15 @@ void Backend::stream_synchronize(StreamHandle s) {
   st.counts.stream_synchronize.bump();
   CUstream stream = to_stream(s, "stream_synchronize()");
   if (is_default_stream(s)) st.current_context();
-  CAI_DRIVER(st, cuStreamSynchronize, stream);
+  st.check(st.with_context([&] { return st.api.cuStreamSynchronize(stream); }),
+           "cuStreamSynchronize");
 }
 
 bool Backend::stream_query(StreamHandle s) {
   BackendState& st = *state_;
   CUstream stream = to_stream(s, "stream_query()");
   if (is_default_stream(s)) st.current_context();
-  const CUresult r = st.api.cuStreamQuery(stream);
+  const CUresult r = st.with_context([&] { return st.api.cuStreamQuery(stream); });
   if (r == CUDA_ERROR_NOT_READY) return false;
   st.check(r, "cuStreamQuery");
   return true;
@@ -61,13 +65,24 @@ void Backend::launch_host_func(StreamHandle s, std::function<void()> fn) {
   CUstream stream = to_stream(s, "launch_host_func()");
   if (is_default_stream(s)) st.current_context();
   auto* owned = new std::function<void()>(std::move(fn));
-  const CUresult r = st.api.cuLaunchHostFunc(
-      stream,
-      [](void* user) {
-        std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(user));
-        (*f)();
-      },
-      owned);
+  const CUresult r = st.with_context([&] {
+    return st.api.cuLaunchHostFunc(
+        stream,
+        [](void* user) noexcept {
+          std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(user));
+          // Nothing may escape to the driver's thread (std::terminate there), and nobody waits
+          // for this call to report to: the error goes to stderr.
+          try {
+            (*f)();
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "cai: a host function (launch_host_func) threw: %s; ignored\n",
+                         e.what());
+          } catch (...) {
+            std::fputs("cai: a host function (launch_host_func) threw; ignored\n", stderr);
+          }
+        },
+        owned);
+  });
   if (r != CUDA_SUCCESS) {
     delete owned;
     st.fail(r, "cuLaunchHostFunc");
@@ -84,6 +99,7 @@ EventHandle Backend::event_create(bool timing) {
 }
 
 void Backend::event_destroy(EventHandle e) {
+  state_->current_context();
   CAI_DRIVER(*state_, cuEventDestroy, to_event(e, "event_destroy()"));
 }
 
@@ -94,7 +110,7 @@ void Backend::event_record(EventHandle e, StreamHandle s) {
   CUevent event = to_event(e, where);
   CUstream stream = to_stream(s, where);
   if (is_default_stream(s)) st.current_context();
-  CAI_DRIVER(st, cuEventRecord, event, stream);
+  st.check(st.with_context([&] { return st.api.cuEventRecord(event, stream); }), "cuEventRecord");
 }
 
 void Backend::stream_wait_event(StreamHandle s, EventHandle e) {
@@ -104,16 +120,20 @@ void Backend::stream_wait_event(StreamHandle s, EventHandle e) {
   CUstream stream = to_stream(s, where);
   CUevent event = to_event(e, where);
   if (is_default_stream(s)) st.current_context();
-  CAI_DRIVER(st, cuStreamWaitEvent, stream, event, 0);
+  st.check(st.with_context([&] { return st.api.cuStreamWaitEvent(stream, event, 0); }),
+           "cuStreamWaitEvent");
 }
 
 void Backend::event_synchronize(EventHandle e) {
-  CAI_DRIVER(*state_, cuEventSynchronize, to_event(e, "event_synchronize()"));
+  BackendState& st = *state_;
+  CUevent event = to_event(e, "event_synchronize()");
+  st.check(st.with_context([&] { return st.api.cuEventSynchronize(event); }), "cuEventSynchronize");
 }
 
 bool Backend::event_query(EventHandle e) {
   BackendState& st = *state_;
-  const CUresult r = st.api.cuEventQuery(to_event(e, "event_query()"));
+  CUevent event = to_event(e, "event_query()");
+  const CUresult r = st.with_context([&] { return st.api.cuEventQuery(event); });
   if (r == CUDA_ERROR_NOT_READY) return false;
   st.check(r, "cuEventQuery");
   return true;
@@ -122,6 +142,7 @@ bool Backend::event_query(EventHandle e) {
 float Backend::event_elapsed_ms(EventHandle start, EventHandle end) {
   constexpr std::string_view where = "event_elapsed_ms()";
   float ms = 0;
+  state_->current_context();
   CAI_DRIVER(*state_, cuEventElapsedTime, &ms, to_event(start, where), to_event(end, where));
   return ms;
 }

@@ -72,6 +72,7 @@ struct CaiSimStats {
   X(cuMemAllocManaged, 6000, (CUdeviceptr* ptr, std::size_t bytes, unsigned int flags))        \
   X(cuMemFree, 3020, (CUdeviceptr ptr))                                                         \
   X(cuMemFreeHost, 2000, (void* ptr))                                                           \
+  X(cuMemGetInfo, 3020, (std::size_t* free, std::size_t* total))                                \
   X(cuMemHostRegister, 6050, (void* ptr, std::size_t bytes, unsigned int flags))               \
   X(cuMemHostUnregister, 4000, (void* ptr))                                                     \
   X(cuMemAllocAsync, 11020, (CUdeviceptr* ptr, std::size_t bytes, CUstream stream))            \
@@ -170,6 +171,9 @@ struct Driver {
   bool ok = false;    ///< usable; else `error` says why
   std::string error;  ///< why not, ending with how to use the simulator
   int version = 0;    ///< cuDriverGetVersion, e.g. 12040
+  /// cuInit succeeded: from then on a forked child cannot use the driver (even when loading
+  /// failed later).
+  bool initialised = false;
   std::vector<CUdevice> devices;
   DriverApi api;
   /// The simulator's own table when `simulated`.

@@ -82,6 +82,7 @@ Driver load_driver(const SymbolLookup& lookup, std::string name) {
                                                       : "the driver failed to initialise";
     return fail(std::string("cuInit failed (") + what + "): " + describe(a, r));
   }
+  d.initialised = true;
 
 #define CAI_DETAIL_SLOT(entry, ...) {#entry, reinterpret_cast<void**>(&a.entry)},
   const Slot slots[] = {CAI_DRIVER_ENTRIES(CAI_DETAIL_SLOT)};

@@ -98,6 +98,6 @@
   X(cuIpcCloseMemHandle, 4010, cuIpcCloseMemHandle)                                             \
   X(cuIpcGetEventHandle, 4010, cuIpcGetEventHandle)                                             \
   X(cuIpcOpenEventHandle, 4010, cuIpcOpenEventHandle)                                           \
-  /* CAI_SIM_CLIENT_ENTRIES */                                                                  \
-  X(cuMemGetInfo, 3020, cuMemGetInfo_v2)
+  X(cuMemGetInfo, 3020, cuMemGetInfo_v2)                                                        \
+  /* CAI_SIM_CLIENT_ENTRIES: none yet */
 // clang-format on

@@ -11,6 +11,5 @@
 #include "device/driver/abi.h"
 
 // clang-format off
-#define CAI_SIM_CLIENT_ENTRIES(X)                                                               \
-  X(cuMemGetInfo, 3020, (std::size_t* free_bytes, std::size_t* total_bytes))
+#define CAI_SIM_CLIENT_ENTRIES(X)
 // clang-format on

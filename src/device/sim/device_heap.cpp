@@ -36,6 +36,12 @@ DeviceHeap::~DeviceHeap() {
   unreserve_addresses(base_, capacity_);
 }
 
+std::size_t DeviceHeap::free_bytes() const noexcept {
+  std::size_t sum = 0;
+  for (const auto& [off, size] : free_) sum += size;
+  return sum;
+}
+
 std::pair<std::uint64_t, bool> DeviceHeap::take(std::uint64_t need) {
   // Next fit: the first free block at or after the cursor, then from the start.
   auto fits = [&](auto it) {

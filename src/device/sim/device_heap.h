@@ -35,6 +35,10 @@ class DeviceHeap {
   /// system.
   void release(std::uint64_t ptr, std::size_t bytes);
 
+  /// The address space not taken by blocks (what cuMemGetInfo reports free).
+  std::size_t free_bytes() const noexcept;
+  std::size_t capacity() const noexcept { return capacity_; }
+
   bool contains(std::uint64_t ptr) const noexcept {
     return ptr >= base_ && ptr - base_ < capacity_;
   }

@@ -442,6 +442,15 @@ CUresult SimDriver::need_context_locked(int& device) {
   return CUDA_SUCCESS;
 }
 
+CUresult SimDriver::require_context(std::size_t index) {
+  std::lock_guard lk(mu_);
+  if (current_locked() >= 0) return CUDA_SUCCESS;
+  return fail(CUDA_ERROR_INVALID_CONTEXT,
+              std::string(entry_names[index]) +
+                  " needs a current context; this thread has none (cuCtxSetCurrent or "
+                  "cuCtxPushCurrent first)");
+}
+
 CUresult SimDriver::cuCtxGetCurrent(CUcontext* context) {
   if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(mu_);

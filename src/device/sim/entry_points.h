@@ -36,6 +36,38 @@ static_assert(std::size(entry_names) == k_entry_count);
 /// The simulator's own entries are [driver_entry_count, sim_entries_end).
 inline constexpr std::size_t sim_entries_end = driver_entry_count + sim_entry_count;
 
+// Whether an entry needs a current context: the driver documents CUDA_ERROR_INVALID_CONTEXT for
+// every entry but these (initialisation, errors, devices, primary contexts and the context
+// stack; cuCtxPopCurrent fails by itself on an empty stack). Of the simulator's own entries,
+// those that queue work on a stream or allocate need one, as cuLaunchHostFunc and cuMemAlloc do.
+constexpr bool needs_context(std::size_t index) {
+  switch (index) {
+    case k_cuGetErrorName:
+    case k_cuGetErrorString:
+    case k_cuInit:
+    case k_cuDriverGetVersion:
+    case k_cuDeviceGet:
+    case k_cuDeviceGetCount:
+    case k_cuDeviceGetName:
+    case k_cuDeviceGetAttribute:
+    case k_cuDeviceTotalMem:
+    case k_cuDeviceGetUuid:
+    case k_cuDevicePrimaryCtxRetain:
+    case k_cuCtxGetCurrent:
+    case k_cuCtxSetCurrent:
+    case k_cuCtxPushCurrent:
+    case k_cuCtxPopCurrent:
+      return false;
+    case k_caiSimDelay:
+    case k_caiSimLaunchHostTask:
+    case k_caiSimMemAllocChunked:
+    case k_caiSimMemFreeChunked:
+      return true;
+    default:
+      return index < driver_entry_count;
+  }
+}
+
 /// One exported function: entry `name` at the ABI of CUDA `version` (0: any), exported as
 /// `symbol`; `per_thread`: the per-thread default stream variant.
 struct AbiRow {
@@ -134,7 +166,7 @@ template <class T, T M>
 struct Trampoline;
 template <class... A, CUresult (SimDriver::*M)(A...)>
 struct Trampoline<CUresult (SimDriver::*)(A...), M> {
-  template <InstanceGetter Get, std::size_t Index, bool PerThread>
+  template <InstanceGetter Get, std::size_t Index, bool PerThread, bool CheckContext>
   static CUresult call(A... a) noexcept {
     // The detail needs no instance: it also says why making the instance failed.
     if constexpr (Index == k_caiSimGetErrorDetail) return SimDriver::error_detail(a...);
@@ -143,6 +175,9 @@ struct Trampoline<CUresult (SimDriver::*)(A...), M> {
       SimDriver* d = Get();
       if (d == nullptr) return CUDA_ERROR_DEINITIALIZED;
       if (const CUresult r = d->enter(Index); r != CUDA_SUCCESS) return r;
+      if constexpr (CheckContext) {
+        if (const CUresult r = d->require_context(Index); r != CUDA_SUCCESS) return r;
+      }
       auto run = [&] {
         if constexpr (PerThread)
           return (d->*M)(per_thread_arg(a)...);
@@ -171,9 +206,11 @@ struct Trampoline<CUresult (SimDriver::*)(A...), M> {
   }
 };
 /// The trampoline of member M for entry Index, reaching the instance Get returns.
-template <auto M, InstanceGetter Get, std::size_t Index, bool PerThread = false>
+/// Adapters (abi_table.h A rows) check no context: theirs may come as an argument.
+template <auto M, InstanceGetter Get, std::size_t Index, bool PerThread = false,
+          bool CheckContext = needs_context(Index)>
 inline constexpr FunctionOfMember<M>* trampoline =
-    &Trampoline<decltype(M), M>::template call<Get, Index, PerThread>;
+    &Trampoline<decltype(M), M>::template call<Get, Index, PerThread, CheckContext>;
 
 /// cuGetProcAddress_v2 over the instance Get returns (not counted: it is how entries are found).
 template <InstanceGetter Get>
@@ -195,7 +232,7 @@ const std::array<void*, abi_row_count>& abi_functions() {
 #define CAI_DETAIL_FN_X(name, version, symbol) \
   reinterpret_cast<void*>(trampoline<&D::name, Get, k_##name>),
 #define CAI_DETAIL_FN_A(name, version, symbol, params) \
-  reinterpret_cast<void*>(trampoline<&D::symbol, Get, k_##name>),
+  reinterpret_cast<void*>(trampoline<&D::symbol, Get, k_##name, false, false>),
 #define CAI_DETAIL_FN_P(name, version, kind, symbol, member) \
   reinterpret_cast<void*>(trampoline<&D::member, Get, k_##name, true>),
 #define CAI_DETAIL_FN_SIM(name, params) reinterpret_cast<void*>(trampoline<&D::name, Get, k_##name>),

@@ -156,6 +156,18 @@ void SimDriver::give_back_locked(std::uint64_t base, const Allocation& a) {
 // ---------------------------------------------------------------------------------------------
 // Allocation.
 
+CUresult SimDriver::cuMemGetInfo(std::size_t* free, std::size_t* total) {
+  if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(mu_);
+  int device = 0;
+  if (CUresult r = need_context_locked(device)) return r;
+  // The device's address space: pages are taken from host memory only when written.
+  const DeviceHeap& heap = heap_locked(device);
+  *free = heap.free_bytes();
+  *total = heap.capacity();
+  return CUDA_SUCCESS;
+}
+
 CUresult SimDriver::cuMemAlloc(CUdeviceptr* ptr, std::size_t bytes) {
   if (ptr == nullptr || bytes == 0) return fail(CUDA_ERROR_INVALID_VALUE, "cuMemAlloc of 0 bytes");
   std::lock_guard lk(mu_);
@@ -516,6 +528,13 @@ CUresult SimDriver::copy_locked(std::unique_lock<std::mutex>& lk, CUdeviceptr ds
                                                   std::to_string(at.second));
     }
   }
+  // The driver's copies are undefined when the ranges overlap (a memcpy, not a memmove): a
+  // silent memmove here would hide a missing staging step.
+  if (dst < src + bytes && src < dst + bytes)
+    return fail(CUDA_ERROR_INVALID_VALUE,
+                std::string(name) + ": dst " + hex_text(dst) + " and src " + hex_text(src) +
+                    " overlap over " + std::to_string(bytes) +
+                    " bytes; undefined on a real driver: the ranges of a copy must not overlap");
   // Pageable host memory (outside every allocation) makes the copy synchronous, as the driver
   // documents: the caller may reuse its buffer as soon as the call returns.
   auto known = [&](std::uint64_t lo) {
@@ -529,7 +548,7 @@ CUresult SimDriver::copy_locked(std::unique_lock<std::mutex>& lk, CUdeviceptr ds
   op.name = name;
   op.fn = [to = reinterpret_cast<std::byte*>(static_cast<std::intptr_t>(dst) + dd),
            from = reinterpret_cast<const std::byte*>(static_cast<std::intptr_t>(src) + sd),
-           bytes] { std::memmove(to, from, bytes); };
+           bytes] { std::memcpy(to, from, bytes); };
   enqueue_locked(s, std::move(op), runs);
   if (pageable) {
     const std::uint64_t target = s->enqueued;

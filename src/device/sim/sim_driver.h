@@ -78,6 +78,9 @@ class SimDriver {
   /// Counts a call of entry `index` (driver entries, then the simulator's) and returns the
   /// error injected for it, if any (the trampolines call it first).
   CUresult enter(std::size_t index) noexcept;
+  /// CUDA_ERROR_INVALID_CONTEXT when the calling thread has no current context (the
+  /// trampolines ask it for every entry that needs one).
+  CUresult require_context(std::size_t index);
   /// Whether calls are timed (caiSimTimeCalls), and the time of one call of entry `index`.
   bool timing() const noexcept {
     return timing_.load(std::memory_order_relaxed);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -49,9 +51,11 @@ CUresult SimDriver::resolve_locked(CUstream h, std::shared_ptr<Stream>& out) {
   }
   auto it = streams_.find(v);
   if (it == streams_.end()) {
-    return fail(CUDA_ERROR_INVALID_HANDLE, "stream " + hex_text(v) +
-                                               ": not a stream of the simulator (never created, or "
-                                               "destroyed)");
+    return fail(CUDA_ERROR_INVALID_HANDLE,
+                "stream " + hex_text(v) +
+                    ": not a stream of the simulator (never created, or destroyed); undefined on "
+                    "a real driver: a stream handle must be live (it may crash or use another "
+                    "stream)");
   }
   out = it->second;
   return CUDA_SUCCESS;
@@ -60,9 +64,10 @@ CUresult SimDriver::resolve_locked(CUstream h, std::shared_ptr<Stream>& out) {
 SimDriver::Event* SimDriver::event_locked(CUevent e) {
   auto it = events_.find(handle_value(e));
   if (it == events_.end()) {
-    fail(CUDA_ERROR_INVALID_HANDLE, "event " + hex_text(handle_value(e)) +
-                                        ": not an event of the simulator (never created, or "
-                                        "destroyed)");
+    fail(CUDA_ERROR_INVALID_HANDLE,
+         "event " + hex_text(handle_value(e)) +
+             ": not an event of the simulator (never created, or destroyed); undefined on a "
+             "real driver: an event handle must be live (it may crash or use another event)");
     return nullptr;
   }
   return &it->second;
@@ -345,6 +350,29 @@ CUresult SimDriver::cuStreamGetCtx(CUstream h, CUcontext* context) {
   return CUDA_SUCCESS;
 }
 
+// The driver calls a host function from its own thread, through C frames: an exception that
+// escapes it is std::terminate there. The simulator ends the process too, saying why, instead
+// of reporting it at the next synchronize as it does for its own tasks.
+namespace {
+void run_host_function(CUhostFn fn, void* user_data) noexcept {
+  const char* what = "an exception that is not a std::exception";
+  try {
+    fn(user_data);
+    return;
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  std::fprintf(stderr,
+               "cai simulator: an exception escaped a host function (cuLaunchHostFunc): %s; "
+               "undefined on a real driver: the driver's thread ends the process "
+               "(std::terminate)\n",
+               what);
+  std::fflush(stderr);
+  std::terminate();
+}
+}  // namespace
+
 CUresult SimDriver::cuLaunchHostFunc(CUstream h, CUhostFn fn, void* user_data) {
   if (fn == nullptr) return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchHostFunc: fn is NULL");
   std::lock_guard lk(mu_);
@@ -352,7 +380,7 @@ CUresult SimDriver::cuLaunchHostFunc(CUstream h, CUhostFn fn, void* user_data) {
   if (CUresult r = resolve_locked(h, s)) return r;
   Op op;
   op.name = "host function";
-  op.fn = [fn, user_data] { fn(user_data); };
+  op.fn = [fn, user_data] { run_host_function(fn, user_data); };
   enqueue_locked(s, std::move(op), {});
   return CUDA_SUCCESS;
 }

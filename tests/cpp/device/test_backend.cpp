@@ -110,7 +110,10 @@ TEST_P(cuda_backend_test, devices) {
   EXPECT_LT(cur, n);
   be_->set_current_device(cur);
   EXPECT_EQ(be_->current_device(), cur);
-  EXPECT_THAT([&] { be_->properties(n); }, ThrowsCaiError(Errc::index_error, HasSubstr("")));
+  EXPECT_THAT(
+      [&] { be_->properties(n); },
+      ThrowsCaiError(Errc::index_error, HasSubstr("properties(): device " + std::to_string(n) +
+                                                  " out of range (" + std::to_string(n))));
 }
 
 TEST_P(cuda_backend_test, pointer_attributes) {
@@ -521,9 +524,12 @@ TEST_P(cuda_backend_test, streams_and_events) {
   be_->memset_async(d, 4, 16, kPerThreadDefaultStream);
   be_->stream_synchronize(kPerThreadDefaultStream);
   be_->synchronize();
-  for (StreamHandle bad : {StreamHandle{0}, kLegacyDefaultStream, kPerThreadDefaultStream}) {
+  EXPECT_THAT([&] { be_->stream_destroy(StreamHandle{0}); },
+              ThrowsCaiError(Errc::value_error, HasSubstr("stream_destroy(): stream")));
+  for (StreamHandle bad : {kLegacyDefaultStream, kPerThreadDefaultStream}) {
     EXPECT_THAT([&] { be_->stream_destroy(bad); },
-                ThrowsCaiError(Errc::value_error, HasSubstr("")));
+                ThrowsCaiError(Errc::value_error,
+                               HasSubstr("the default streams (1, 2) cannot be destroyed")));
   }
   be_->event_destroy(e0);
   be_->event_destroy(e1);

@@ -21,6 +21,10 @@
 #include "device/driver/abi.h"
 #include "test_sim_util.h"
 
+#if defined(CAI_TEST_COVERAGE)
+extern "C" void __gcov_dump();  // libgcov, in a --coverage build
+#endif
+
 namespace cai::device {
 namespace {
 
@@ -100,6 +104,64 @@ TEST(backend_paths, misaligned_and_other_device_operands_are_staged) {
   b->stream_destroy(s);
 }
 
+// cuMemcpy is undefined on overlapping ranges: an overlapping copy reaches the driver as two
+// copies through a staged copy of its source, never as one.
+TEST(backend_paths, overlapping_copies_are_staged) {
+  auto b = detail::make_sim_backend();
+  const StreamHandle s = b->stream_create(true);
+  std::vector<std::int32_t> host(64);
+  for (int i = 0; i < 64; ++i) host[static_cast<std::size_t>(i)] = i;
+  const std::uint64_t d = b->alloc(MemoryKind::device, 80 * sizeof(std::int32_t));
+  const std::size_t bytes = host.size() * sizeof(std::int32_t);
+  const auto check = [&](const char* what, auto copy) {
+    b->copy_async(d, addr(host.data()), bytes, s);
+    sim::reset_driver_calls(*b);
+    copy();  // moves the 64 values up by 4 elements
+    const auto calls = sim::driver_calls(*b);
+    EXPECT_EQ(calls.at("cuMemcpyAsync"), 2u) << what << ": in, then out of a temporary copy";
+    std::vector<std::int32_t> back(68, -1);
+    b->copy_async(addr(back.data()), d, back.size() * sizeof(std::int32_t), s);
+    b->stream_synchronize(s);
+    for (std::size_t i = 0; i < 64; ++i) EXPECT_EQ(back[i + 4], host[i]) << what << " " << i;
+  };
+  check("copy_async", [&] { b->copy_async(d + 16, d, bytes, s); });
+  // The strided copy of two dense operands with the same layout is one plain copy too.
+  check("copy_strided_async", [&] {
+    b->copy_strided_async(dense(d + 16, {8, 8}, 4), dense(d, {8, 8}, 4), s);
+  });
+  b->free(d);
+  b->stream_destroy(s);
+}
+
+// An elementwise operand in memory of another device is staged, wherever it is among the
+// operands: the kernel cannot reach it (peer access is not enabled).
+TEST(backend_paths, elementwise_operands_of_another_device_are_staged) {
+  auto b = detail::make_sim_backend(2);
+  b->set_current_device(1);
+  const std::uint64_t other = b->alloc(MemoryKind::device, 256);
+  b->set_current_device(0);
+  const std::uint64_t local = b->alloc(MemoryKind::device, 2 * 256);
+  const StreamHandle s = b->stream_create(true);
+  std::vector<std::int32_t> x(64);
+  for (int i = 0; i < 64; ++i) x[static_cast<std::size_t>(i)] = i + 1;
+  for (std::size_t k = 0; k < 3; ++k) {
+    // Operand k in device 1's memory, the others in device 0's.
+    std::uint64_t at[3] = {local, local + 256, local + 256};
+    if (k == 0) at[0] = other;
+    if (k > 0) at[k] = other;
+    for (std::size_t j = 1; j < 3; ++j) b->copy_async(at[j], addr(x.data()), 256, s);
+    const Operand ops[] = {dense(at[0], {64}, 4), dense(at[1], {64}, 4), dense(at[2], {64}, 4)};
+    b->elementwise_async(ElementwiseOp::add, ElementType::i32, ops, s);
+    std::vector<std::int32_t> y(64, 0);
+    b->copy_async(addr(y.data()), at[0], 256, s);
+    b->stream_synchronize(s);
+    for (int i = 0; i < 64; ++i) EXPECT_EQ(y[static_cast<std::size_t>(i)], 2 * (i + 1)) << k;
+  }
+  b->free(local);
+  b->free(other);
+  b->stream_destroy(s);
+}
+
 TEST(backend_paths, a_module_the_driver_refuses_is_reported_with_the_ptx_isa) {
   for (const auto& [code, text] :
        {std::pair{cu::CUDA_ERROR_UNSUPPORTED_PTX_VERSION, std::string("declares ISA")},
@@ -150,9 +212,14 @@ TEST(backend_paths, the_simulators_own_controls) {
   const std::uint64_t c = sim::alloc_chunked(*b, 512, 3);
   EXPECT_EQ(b->pointer_info(c + 600).alloc_base, c + 512);
   sim::free_chunked(*b, c);
-  EXPECT_GE(sim::stats(*b).streams, 0u);
+  const std::size_t streams = sim::stats(*b).streams;
+  const StreamHandle s = b->stream_create(true);
+  EXPECT_EQ(sim::stats(*b).streams, streams + 1);
+  b->stream_destroy(s);
   b->free(d);
-  EXPECT_THAT([&] { sim::host_address(*b, d); }, ThrowsCaiError(Errc::value_error, HasSubstr("")));
+  EXPECT_THAT([&] { sim::host_address(*b, d); },
+              ThrowsCaiError(Errc::value_error,
+                             HasSubstr(test::hex(d) + " is not memory the driver knows")));
 }
 
 TEST(backend_paths, stream_text_and_cuda_info) {
@@ -183,6 +250,9 @@ TEST(backend_paths, a_forked_child_is_told_to_spawn) {
                  ? 0
                  : 2;
     }
+#if defined(CAI_TEST_COVERAGE)
+    __gcov_dump();  // _exit skips the write of the line counts at exit
+#endif
     ::_exit(code);
   }
   int status = 0;

@@ -105,6 +105,22 @@ TEST_F(SimBackendTest, pointer_info_of_interior_and_foreign_pointers) {
   sim->free(m);
 }
 
+// cuMemGetInfo: total is the device's address space, free what no allocation takes.
+TEST_F(SimBackendTest, memory_info_counts_allocations) {
+  const auto [free0, total] = sim->memory_info();
+  EXPECT_EQ(total, sim->properties(0).total_memory);
+  EXPECT_EQ(free0, total);
+  const std::uint64_t p = sim->alloc(MemoryKind::device, 1 << 20);
+  const auto [free1, total1] = sim->memory_info();
+  EXPECT_EQ(total1, total);
+  EXPECT_EQ(free1, free0 - (1 << 20));
+  sim->free(p);
+  EXPECT_EQ(sim->memory_info().first, free0);
+  const std::uint64_t host = sim->alloc(MemoryKind::pinned_host, 4096);  // not device memory
+  EXPECT_EQ(sim->memory_info().first, free0);
+  sim->free(host);
+}
+
 TEST_F(SimBackendTest, alloc_and_free_errors) {
   EXPECT_EQ(sim->alloc(MemoryKind::device, 0), 0u);
   sim->free(0);

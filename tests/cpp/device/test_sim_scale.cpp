@@ -297,6 +297,42 @@ TEST_F(SimScaleTest, memory_closed_again_while_an_earlier_close_runs_reads_as_fr
   sim->free(d);
 }
 
+TEST_F(SimScaleTest, closing_one_of_two_opens_leaves_the_mapping_in_use) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "fork with threads under ThreadSanitizer";
+#endif
+  // The driver counts the opens of a handle: only the last close unmaps. A close that is not
+  // the last must not make the memory read as freed, even while it is queued.
+  const std::uint64_t d = sim->alloc(MemoryKind::device, 4096);
+  const IpcMemoryHandle mh = sim->ipc_export_memory(d);
+  const pid_t child = start_child([&] {
+    auto mine = test::make_simulator(1);
+    const StreamHandle s = mine->stream_create(false);
+    std::promise<void> gate;
+    const std::uint64_t p = mine->ipc_open_memory(mh);
+    if (mine->ipc_open_memory(mh) != p) return 1;  // the same mapping, opened twice
+    // The close waits for the context's work on the free thread: the gate keeps it queued.
+    mine->launch_host_func(s, [f = gate.get_future().share()] { f.wait(); });
+    mine->ipc_close_memory(p);
+    const bool in_use = mine->pointer_info(p).kind == MemoryKind::device;
+    gate.set_value();
+    mine->flush_frees();
+    mine->stream_synchronize(s);
+    if (!in_use) return 2;
+    if (mine->pointer_info(p).kind != MemoryKind::device) return 3;  // after the close ran
+    mine->memset_async(p, 0x33, 16, s);                              // still mapped: usable
+    mine->stream_synchronize(s);
+    mine->ipc_close_memory(p);  // the last
+    if (mine->pointer_info(p).kind != MemoryKind::unregistered) return 4;
+    mine->flush_frees();
+    mine->stream_destroy(s);
+    return 0;
+  });
+  EXPECT_EQ(wait_child(child), 0);
+  EXPECT_EQ(download(d, 4)[0], 0x33333333);
+  sim->free(d);
+}
+
 TEST_F(SimScaleTest, a_handle_differing_from_an_opened_one_is_checked_in_full) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "fork with threads under ThreadSanitizer";

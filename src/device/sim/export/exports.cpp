@@ -29,10 +29,10 @@ namespace sim = cai::device::detail;
 using sim::SimDriver;
 
 // clang-format off
-#define CAI_DETAIL_EXPORT(symbol, member, index, per_thread)                                   \
+#define CAI_DETAIL_EXPORT(symbol, member, index, ...)                                          \
   extern "C" {                                                                                 \
   static sim::FunctionOfMember<member>* cai_sim_resolve_##symbol() {                          \
-    return sim::trampoline<member, &sim::process_driver, index, per_thread>;                   \
+    return sim::trampoline<member, &sim::process_driver, index, __VA_ARGS__>;                  \
   }                                                                                            \
   }                                                                                            \
   extern "C" __attribute__((visibility("default"))) sim::FunctionOfMember<member> symbol       \
@@ -40,7 +40,7 @@ using sim::SimDriver;
 #define CAI_DETAIL_EXPORT_X(name, version, symbol) \
   CAI_DETAIL_EXPORT(symbol, &SimDriver::name, sim::k_##name, false)
 #define CAI_DETAIL_EXPORT_A(name, version, symbol, params) \
-  CAI_DETAIL_EXPORT(symbol, &SimDriver::symbol, sim::k_##name, false)
+  CAI_DETAIL_EXPORT(symbol, &SimDriver::symbol, sim::k_##name, false, false)
 #define CAI_DETAIL_EXPORT_P(name, version, kind, symbol, member) \
   CAI_DETAIL_EXPORT(symbol, &SimDriver::member, sim::k_##name, true)
 #define CAI_DETAIL_EXPORT_SIM(name, params) \
