@@ -7,6 +7,10 @@ install(DIRECTORY include/cai DESTINATION ${CAI_INSTALL_INCLUDEDIR})
 install(TARGETS cai cai_nanobind cai_core cai_device cai_sync cai_arrays EXPORT cai-targets
         ARCHIVE DESTINATION ${CAI_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CAI_INSTALL_LIBDIR})
+if(TARGET cai_sim_driver)
+  # The simulated driver, alone in its folder (LD_LIBRARY_PATH=<folder> brings only it).
+  install(TARGETS cai_sim_driver EXPORT cai-targets LIBRARY DESTINATION ${CAI_INSTALL_SIMDIR})
+endif()
 install(EXPORT cai-targets NAMESPACE cai:: DESTINATION ${CAI_INSTALL_CMAKEDIR})
 configure_package_config_file(cmake/cai-config.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/cai-config.cmake

@@ -202,6 +202,11 @@ void bind_device(nb::module_& m) {
   nb::module_ sim = m.def_submodule("sim", "Controls of cai's simulated driver (CAI_BACKEND=sim).");
   sim.def(
       "active", [] { return device::sim::active(); }, "True when the backend is the simulator.");
+  sim.def(
+      "driver_path", [] { return device::sim::driver_path(); },
+      "The path of cai's simulated driver, the shared library libcuda.so.1: put its folder on "
+      "LD_LIBRARY_PATH and driver-API clients (numba-cuda, cuda.core) run over the same "
+      "simulated driver as cai (`python -m cai --sim-driver-dir` prints the folder).");
   sim.def("delay", exit_safe([](nb::handle stream, double seconds) {
             auto s = stream_arg(stream, "sim.delay()", library_default_stream());
             device::sim::delay(s.handle, seconds);  // refuses what no real GPU work could take

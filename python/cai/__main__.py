@@ -5,6 +5,8 @@
   python -m cai --version      the version
   python -m cai --cmake-dir    the directory for find_package(cai) (-Dcai_DIR=...)
   python -m cai --include-dir  the directory of the C++ headers
+  python -m cai --sim-driver-dir
+                               the folder of the simulated libcuda.so.1 (for LD_LIBRARY_PATH)
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ def parser() -> argparse.ArgumentParser:
                         "(cmake -Dcai_DIR=...), and exit")
     p.add_argument("--include-dir", action="store_true",
                    help="print the directory of the C++ headers and exit")
+    p.add_argument("--sim-driver-dir", action="store_true",
+                   help="print the folder holding cai's simulated driver libcuda.so.1 (put it on "
+                        "LD_LIBRARY_PATH to run driver-API clients over it) and exit")
     commands = p.add_subparsers(dest="command", metavar="command")
     demo = commands.add_parser(
         "demo", help="run the producer/consumer examples of the CAI v3 document",
@@ -85,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.include_dir:
         print(_installed_dir("include"))
+        return 0
+    if args.sim_driver_dir:
+        from ._cai import sim
+
+        try:
+            print(pathlib.Path(sim.driver_path()).parent)
+        except RuntimeError as e:
+            print(f"python -m cai: {e}", file=sys.stderr)
+            return 1
         return 0
     if getattr(args, "run", None) is None:
         p.print_help(sys.stderr)

@@ -50,6 +50,12 @@ struct Stats {
 /// True when the process-wide backend() runs on the simulated driver (never throws).
 bool active();
 
+/// The path of cai's simulated driver, the shared library libcuda.so.1 that other driver-API
+/// clients (numba-cuda, cuda.core) find through LD_LIBRARY_PATH=<its folder>: CAI_SIM_DRIVER,
+/// else the one installed with cai. Throws Error(device_error) naming the places tried when
+/// there is none. docs/simulator.md, "As libcuda.so.1".
+std::string driver_path();
+
 /// Enqueues a pause of `seconds` on stream s: later work on s (and work that waits on it)
 /// starts that much later, while the host returns at once.
 void delay(StreamHandle s, double seconds);

@@ -33,9 +33,6 @@ namespace cu = ::cai::device::cu;
 /// A backend over `driver` (throws Error(device_error) with driver->error when it is not ok).
 std::unique_ptr<Backend> make_backend(std::shared_ptr<const cu::Driver> driver);
 
-/// A backend over a new simulated driver with `devices` devices (tests make private ones).
-std::unique_ptr<Backend> make_sim_backend(int devices = 1);
-
 /// The kernels' PTX embedded at build time (NUL-terminated); empty when built without nvcc.
 std::string_view cuda_kernels_ptx();
 

@@ -14,7 +14,6 @@
 #include "cai/core/interface.h"
 #include "device/backend_select.h"
 #include "device/cuda/backend.h"
-#include "device/sim/sim_driver.h"
 
 namespace cai::device {
 
@@ -173,16 +172,14 @@ std::unique_ptr<Backend> make_backend(std::shared_ptr<const Driver> driver) {
   return std::make_unique<Backend>(std::make_unique<BackendState>(std::move(driver)));
 }
 
-std::unique_ptr<Backend> make_sim_backend(int devices) {
-  return make_backend(make_sim_driver(devices));
-}
-
 std::unique_ptr<Backend> select_backend(std::string_view env_value) {
-  if (env_value == "sim") return make_sim_backend(sim_devices_from_env());
+  // The simulated driver is a library like NVIDIA's (cu::sim_driver): one per process, shared
+  // with every other driver-API client that finds it.
+  if (env_value == "sim") return make_backend(cu::sim_driver());
   if (env_value == "cuda") return make_backend(libcuda());
   if (env_value.empty()) {
-    if (libcuda()->ok) return make_backend(libcuda());
-    return make_sim_backend(sim_devices_from_env());
+    const std::shared_ptr<const Driver> cuda = libcuda();
+    return make_backend(cuda->ok ? cuda : cu::sim_driver());
   }
   throw_error(Errc::value_error, "CAI_BACKEND=" + std::string(env_value) +
                                      ": unknown backend; expected \"sim\" (the simulated "
@@ -341,7 +338,8 @@ Backend& backend() {
 
 bool cuda_available() {
   try {
-    return initialised_libcuda()->ok;
+    const std::shared_ptr<const cu::Driver> d = initialised_libcuda();
+    return d->ok && !d->simulated;  // the process's libcuda.so.1 may be cai's simulated one
   } catch (...) {
     return false;
   }
@@ -352,6 +350,10 @@ CudaInfo cuda_info() {
   info.api_version = cu::kDriverApiVersion;
   info.kernels = detail::cuda_kernels_built();
   const std::shared_ptr<const cu::Driver> d = initialised_libcuda();
+  if (d->simulated) {  // NVIDIA's driver is not this process's libcuda.so.1
+    info.error = "the process's libcuda.so.1 is cai's simulated driver";
+    return info;
+  }
   info.driver_loaded = d->ok;
   info.driver_version = d->version;
   info.devices = static_cast<int>(d->devices.size());

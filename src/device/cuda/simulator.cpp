@@ -58,6 +58,16 @@ bool active() {
   }
 }
 
+std::string driver_path() {
+  std::string tried;
+  std::string path = cu::sim_driver_path(&tried);
+  if (path.empty()) {
+    throw_error(Errc::device_error, "cai's simulated driver (libcuda.so.1) not found (tried " +
+                                        tried + "); set CAI_SIM_DRIVER to its path");
+  }
+  return path;
+}
+
 void delay(Backend& b, StreamHandle s, double seconds) {
   auto& st = simulated(b, "delay", true);
   CAI_SIM(st, caiSimDelay, detail::to_stream(s, "delay()"), seconds);

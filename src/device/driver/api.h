@@ -197,8 +197,25 @@ struct Driver {
 /// bad_alloc: a failure is reported in `error`.
 Driver load_driver(const SymbolLookup& lookup, std::string name);
 
-/// libcuda.so.1, opened and loaded once per process (thread-safe); never closed.
+/// The process's libcuda.so.1 (NVIDIA's, or cai's simulated driver when it is the one the
+/// process has): the one already loaded, else the one the library path finds. Loaded once
+/// (thread-safe); never closed.
 std::shared_ptr<const Driver> libcuda();
+
+/// The folder of cai's simulated driver next to the module holding the backend (the wheel:
+/// cai/_sim_driver/libcuda.so.1, the folder holding only it).
+inline constexpr const char* kSimDriverFolder = "_sim_driver";
+
+/// Where cai's simulated driver (libcuda.so.1 built from src/device/sim) is: CAI_SIM_DRIVER,
+/// else <folder of the module holding the backend>/_sim_driver/, else the install location.
+/// Empty when none exists; `tried` then lists the places looked at.
+std::string sim_driver_path(std::string* tried = nullptr);
+
+/// cai's simulated driver, loaded once per process (thread-safe): the process's libcuda.so.1
+/// when it is this one, else the library at sim_driver_path() (RTLD_LOCAL beside another
+/// libcuda.so.1, else RTLD_GLOBAL). The same object for cai and every other driver-API client
+/// that finds it. docs/simulator.md, "As libcuda.so.1".
+std::shared_ptr<const Driver> sim_driver();
 
 /// "CUDA_ERROR_OUT_OF_MEMORY (out of memory)", or the number when the driver does not know it.
 std::string describe(const DriverApi& api, CUresult r);

@@ -1,6 +1,9 @@
 // Loading a driver's entry points: the same steps for libcuda.so.1 and for the simulator.
 
 #include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include <string>
 
@@ -37,7 +40,13 @@ Driver load_driver(const SymbolLookup& lookup, std::string name) {
   Driver d;
   d.name = std::move(name);
   DriverApi& a = d.api;
+  // The simulated driver says why a call failed (a bad CAI_SIM_DEVICES, say).
+  const auto error_detail =
+      reinterpret_cast<decltype(SimApi::caiSimGetErrorDetail)>(lookup("caiSimGetErrorDetail"));
   auto fail = [&](std::string why) {
+    const char* detail = nullptr;
+    if (error_detail != nullptr && error_detail(&detail) == CUDA_SUCCESS && detail != nullptr)
+      why += std::string(": ") + detail;
     d.error = "CUDA backend: " + why + std::string(kUseSim);
     return std::move(d);
   };
@@ -125,21 +134,99 @@ Driver load_driver(const SymbolLookup& lookup, std::string name) {
   return d;
 }
 
+namespace {
+
+Driver load_library(void* lib, std::string name) {
+  return load_driver([lib](const char* symbol) { return dlsym(lib, symbol); }, std::move(name));
+}
+
+std::shared_ptr<const Driver> failed(std::string name, std::string error) {
+  auto d = std::make_shared<Driver>();
+  d->name = std::move(name);
+  d->error = std::move(error);
+  return d;
+}
+
+bool exists(const std::string& path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
+
+}  // namespace
+
 std::shared_ptr<const Driver> libcuda() {
-  // A function-local static: loaded once, thread-safe. The library is never closed.
+  // A function-local static: loaded once, thread-safe. The library is never closed. The one
+  // the process has already (another library loaded it), else the one the library path finds.
   static const std::shared_ptr<const Driver> driver = [] {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (lib == nullptr) lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {
-      auto d = std::make_shared<Driver>();
-      d->name = "libcuda.so.1";
       const char* why = dlerror();
-      d->error = "CUDA backend: libcuda.so.1 not found (no NVIDIA driver on this machine";
-      if (why != nullptr) d->error += std::string(": ") + why;
-      d->error += ")" + std::string(kUseSim);
-      return std::shared_ptr<const Driver>(std::move(d));
+      std::string error = "CUDA backend: libcuda.so.1 not found (no NVIDIA driver on this machine";
+      if (why != nullptr) error += std::string(": ") + why;
+      return failed("libcuda.so.1", error + ")" + std::string(kUseSim));
     }
-    return std::shared_ptr<const Driver>(std::make_shared<Driver>(
-        load_driver([lib](const char* symbol) { return dlsym(lib, symbol); }, "libcuda.so.1")));
+    return std::shared_ptr<const Driver>(
+        std::make_shared<Driver>(load_library(lib, "libcuda.so.1")));
+  }();
+  return driver;
+}
+
+std::string sim_driver_path(std::string* tried) {
+  std::string places;
+  auto found = [&](std::string path) -> std::string {
+    if (exists(path)) return path;
+    places += (places.empty() ? "" : ", ") + path;
+    return {};
+  };
+  std::string path;
+  if (const char* env = std::getenv("CAI_SIM_DRIVER"); env != nullptr && *env != '\0') {
+    path = found(env);
+    if (path.empty()) places += " (CAI_SIM_DRIVER)";
+  } else {
+    // Next to the module that holds the backend: cai/_cai*.so and cai/_sim_driver/ in the wheel.
+    Dl_info self{};
+    if (dladdr(reinterpret_cast<void*>(&sim_driver_path), &self) != 0 &&
+        self.dli_fname != nullptr) {
+      std::string dir = self.dli_fname;
+      dir = dir.find('/') == std::string::npos ? "." : dir.substr(0, dir.rfind('/'));
+      path = found(dir + "/" + kSimDriverFolder + "/libcuda.so.1");
+    }
+#ifdef CAI_SIM_DRIVER_INSTALL_PATH
+    if (path.empty()) path = found(CAI_SIM_DRIVER_INSTALL_PATH);  // cmake --install's place
+#endif
+  }
+  if (tried != nullptr) *tried = places;
+  return path;
+}
+
+std::shared_ptr<const Driver> sim_driver() {
+  static const std::shared_ptr<const Driver> driver = []() -> std::shared_ptr<const Driver> {
+    // One simulated driver per process: the libcuda.so.1 already loaded when it is this one.
+    void* loaded = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (loaded != nullptr && dlsym(loaded, "caiSimGetErrorDetail") != nullptr)
+      return std::make_shared<Driver>(load_library(loaded, "simulator"));
+    std::string tried;
+    const std::string path = sim_driver_path(&tried);
+    if (path.empty()) {
+      return failed("simulator",
+                    "CUDA backend: cai's simulated driver (libcuda.so.1) not found (tried " +
+                        tried + "); set CAI_SIM_DRIVER to its path");
+    }
+    // By path; later dlopen("libcuda.so.1") calls find it by its SONAME. Beside another
+    // libcuda.so.1 (NVIDIA's), privately: that one stays the process's driver for everyone else.
+    void* lib = dlopen(path.c_str(), RTLD_NOW | (loaded != nullptr ? RTLD_LOCAL : RTLD_GLOBAL));
+    if (lib == nullptr) {
+      const char* why = dlerror();
+      return failed("simulator", "CUDA backend: cannot load cai's simulated driver " + path +
+                                     (why != nullptr ? std::string(": ") + why : std::string()));
+    }
+    Driver d = load_library(lib, "simulator");
+    if (d.ok && !d.simulated) {
+      return failed("simulator",
+                    "CUDA backend: " + path +
+                        " is not cai's simulated driver (it lacks the caiSim* entries)");
+    }
+    return std::make_shared<Driver>(std::move(d));
   }();
   return driver;
 }

@@ -309,6 +309,10 @@ CUresult SimDriver::caiSimGetCallTimes(unsigned long long* ns, std::size_t count
 }
 
 CUresult SimDriver::caiSimGetErrorDetail(const char** detail) {
+  return error_detail(detail);
+}
+
+CUresult SimDriver::error_detail(const char** detail) {
   if (detail == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *detail = t_error_detail.empty() ? nullptr : t_error_detail.c_str();
   return CUDA_SUCCESS;

@@ -69,6 +69,9 @@ class SimDriver {
 #undef CAI_DETAIL_IGNORE
 #undef CAI_DETAIL_ADAPTER
 
+  /// caiSimGetErrorDetail: the calling thread's last error detail (of any instance).
+  static CUresult error_detail(const char** detail);
+
   /// Called when a host thread exits: its per-thread default streams are released.
   void on_thread_exit(std::uint64_t thread_id);
 

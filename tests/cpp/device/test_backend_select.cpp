@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
@@ -47,18 +48,30 @@ TEST(backend_select, unset_prefers_cuda_when_available) {
   EXPECT_EQ(b->name(), cuda_available() ? "cuda" : "simulator");
 }
 
+// The process's simulated driver (libcuda.so.1) reads CAI_SIM_DEVICES once, when first used:
+// each value in a fresh process (a death test re-runs this binary).
+void exit_with_devices(const char* value) {
+  if (value != nullptr) {
+    ::setenv("CAI_SIM_DEVICES", value, 1);
+  } else {
+    ::unsetenv("CAI_SIM_DEVICES");
+  }
+  try {
+    std::exit(detail::select_backend("sim")->device_count());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s [%s]\n", e.what(), e.code() == Errc::device_error ? "device" : "?");
+    std::exit(100);
+  }
+}
+
 TEST(backend_select, sim_devices_from_the_environment) {
-  ::setenv("CAI_SIM_DEVICES", "3", 1);
-  EXPECT_EQ(detail::select_backend("sim")->device_count(), 3);
-  ::setenv("CAI_SIM_DEVICES", "zero", 1);
-  EXPECT_THAT([&] { detail::select_backend("sim"); },
-              ThrowsCaiError(Errc::value_error,
-                             HasSubstr("CAI_SIM_DEVICES=zero: expected an integer from 1 to 64")));
-  ::setenv("CAI_SIM_DEVICES", "65", 1);
-  EXPECT_THAT([&] { detail::select_backend("sim"); },
-              ThrowsCaiError(Errc::value_error, HasSubstr("CAI_SIM_DEVICES=65")));
-  ::unsetenv("CAI_SIM_DEVICES");
-  EXPECT_EQ(detail::select_backend("sim")->device_count(), 1);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  using ::testing::ExitedWithCode;
+  EXPECT_EXIT(exit_with_devices("3"), ExitedWithCode(3), "");
+  EXPECT_EXIT(exit_with_devices(nullptr), ExitedWithCode(1), "");
+  EXPECT_EXIT(exit_with_devices("zero"), ExitedWithCode(100),
+              "CAI_SIM_DEVICES=zero: expected an integer from 1 to 64.*\\[device\\]");
+  EXPECT_EXIT(exit_with_devices("65"), ExitedWithCode(100), "CAI_SIM_DEVICES=65");
 }
 
 TEST(backend_select, process_wide_backend_and_sim_controls) {

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -176,6 +177,62 @@ TEST(driver_loader, a_driver_without_the_simulators_entries_is_a_real_one) {
   ASSERT_TRUE(d.ok) << d.error;
   EXPECT_FALSE(d.simulated);
   EXPECT_EQ(d.sim.caiSimDelay, nullptr);
+}
+
+// cai's simulated driver is a library like NVIDIA's (libcuda.so.1 built from src/device/sim):
+// the backend and any other client of the process reach the same one.
+TEST(driver_loader, the_simulated_driver_is_the_process_libcuda) {
+  const std::shared_ptr<const Driver> d = sim_driver();
+  ASSERT_TRUE(d->ok) << d->error;
+  EXPECT_TRUE(d->simulated);
+  EXPECT_EQ(sim_driver(), d);  // loaded once
+  // Another library asking for the driver by name gets this one.
+  void* other = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(other, nullptr);
+  using GetRange = CUresult (*)(CUdeviceptr*, std::size_t*, CUdeviceptr);
+  const auto get_range = reinterpret_cast<GetRange>(dlsym(other, "cuMemGetAddressRange_v2"));
+  ASSERT_NE(get_range, nullptr);
+  auto b = detail::make_backend(d);
+  const std::uint64_t p = b->alloc(MemoryKind::device, 1000);
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  EXPECT_EQ(get_range(&base, &size, p + 10), CUDA_SUCCESS);  // cai's memory, seen by the other
+  EXPECT_EQ(base, p);
+  EXPECT_EQ(size, 1000u);
+  b->free(p);
+  EXPECT_EQ(get_range(&base, &size, p + 10), CUDA_ERROR_INVALID_VALUE);
+  dlclose(other);
+}
+
+// When the process's libcuda.so.1 is the simulated driver already (LD_LIBRARY_PATH, or another
+// library loaded it), the backend uses that one, whichever way it asks.
+void exit_after_loading_the_simulator_first() {
+  const char* path = std::getenv("CAI_SIM_DRIVER");
+  if (path == nullptr || dlopen(path, RTLD_NOW | RTLD_GLOBAL) == nullptr) std::exit(2);
+  const std::shared_ptr<const Driver> cuda = libcuda();
+  const std::shared_ptr<const Driver> sim = sim_driver();
+  const bool same = cuda->ok && cuda->simulated && sim->ok && cuda->api.cuInit == sim->api.cuInit;
+  std::exit(same && !cuda_available() ? 0 : 1);
+}
+
+TEST(driver_loader, a_simulated_libcuda_already_loaded_is_the_one) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(exit_after_loading_the_simulator_first(), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(driver_loader, the_simulated_driver_path_names_the_places_tried) {
+  const char* saved = std::getenv("CAI_SIM_DRIVER");
+  const std::string keep = saved ? saved : "";
+  ::setenv("CAI_SIM_DRIVER", "/nonexistent/libcuda.so.1", 1);
+  std::string tried;
+  EXPECT_EQ(sim_driver_path(&tried), "");
+  EXPECT_EQ(tried, "/nonexistent/libcuda.so.1 (CAI_SIM_DRIVER)");
+  if (saved != nullptr) {
+    ::setenv("CAI_SIM_DRIVER", keep.c_str(), 1);
+    EXPECT_EQ(sim_driver_path(), keep);
+  } else {
+    ::unsetenv("CAI_SIM_DRIVER");
+  }
 }
 
 TEST(driver_loader, kernel_names) {

@@ -19,6 +19,17 @@
 #include "device/cuda/backend.h"
 #include "device/sim/sim_driver.h"
 
+namespace cai::device::detail {
+
+/// A backend over a new private simulated driver with `devices` devices (the process-wide
+/// backend uses the one simulated driver of the process, libcuda.so.1; tests that need a fresh
+/// one, or several, make their own).
+inline std::unique_ptr<Backend> make_sim_backend(int devices = 1) {
+  return make_backend(make_sim_driver(devices));
+}
+
+}  // namespace cai::device::detail
+
 namespace cai::device::test {
 
 inline bool contains(std::string_view text, std::string_view part) {
