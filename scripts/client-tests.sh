@@ -31,7 +31,7 @@ rm -rf build/client-wheel
 .venv/bin/python -m pip wheel --quiet --disable-pip-version-check --no-build-isolation \
   --no-deps -w build/client-wheel .
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-  --force-reinstall build/client-wheel/cai-*.whl
+  --force-reinstall build/client-wheel/cai_interop-*.whl
 
 SIM_DIR=$("$VENV/bin/python" -m cai --sim-driver-dir)
 echo "client-tests: the simulated driver: $SIM_DIR/libcuda.so.1"

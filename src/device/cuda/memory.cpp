@@ -41,11 +41,12 @@ Ranges::Entry BackendState::query_pointer(std::uint64_t ptr) {
   unsigned int memory_type = 0;
   int ordinal = -1;
   CUcontext ctx = nullptr;
-  bool managed = false;
+  // The driver writes its boolean attributes as 4-byte unsigned ints: a bool slot is overrun.
+  unsigned int managed = 0;
   CUdeviceptr start = 0;
   std::size_t size = 0;
   CUmemoryPool pool = nullptr;
-  bool ipc = false;
+  unsigned int ipc = 0;
   CUpointer_attribute attrs[] = {
       CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
       CU_POINTER_ATTRIBUTE_CONTEXT,          CU_POINTER_ATTRIBUTE_IS_MANAGED,
@@ -87,7 +88,7 @@ Ranges::Entry BackendState::query_pointer(std::uint64_t ptr) {
     }
   }
   if (frees.freeing(info.alloc_base)) return Ranges::Entry{};  // freed, not yet given back
-  e.ipc_capable = ipc;
+  e.ipc_capable = ipc != 0;
   // Pools and virtual-memory mappings reuse their addresses at will: never remembered.
   e.cacheable = ctx != nullptr && pool == nullptr;
   return e;

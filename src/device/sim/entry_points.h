@@ -170,7 +170,10 @@ template <class... A, CUresult (SimDriver::*M)(A...)>
 struct Trampoline<CUresult (SimDriver::*)(A...), M> {
   template <InstanceGetter Get, std::size_t Index, bool PerThread, bool Adapter>
   static CUresult call(A... a) noexcept {
-    if constexpr (Index != k_caiSimGetErrorDetail) t_error_detail.clear();
+    // The detail needs no instance: it also says why making the instance failed. Asking for
+    // an error's name or text keeps the detail of the call that failed.
+    if constexpr (Index == k_caiSimGetErrorDetail) return SimDriver::error_detail(a...);
+    if constexpr (Index != k_cuGetErrorName && Index != k_cuGetErrorString) t_error_detail.clear();
     try {
       SimDriver* d = Get();
       if (d == nullptr) return CUDA_ERROR_DEINITIALIZED;

@@ -447,13 +447,13 @@ CUresult SimDriver::attributes_locked(unsigned int count, const CUpointer_attrib
             host ? reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)) : nullptr;
         break;
       case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-        *static_cast<bool*>(d) = a && a->kind == Kind::managed;
+        *static_cast<unsigned*>(d) = a && a->kind == Kind::managed ? 1u : 0u;
         break;
       case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
         *static_cast<int*>(d) = a ? a->device : 0;
         break;
       case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-        *static_cast<bool*>(d) = a && a->kind == Kind::device;
+        *static_cast<unsigned*>(d) = a && a->kind == Kind::device ? 1u : 0u;
         break;
       case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
         *static_cast<CUdeviceptr*>(d) = a ? base : 0;
@@ -462,7 +462,7 @@ CUresult SimDriver::attributes_locked(unsigned int count, const CUpointer_attrib
         *static_cast<std::size_t*>(d) = a ? a->size : 0;
         break;
       case CU_POINTER_ATTRIBUTE_MAPPED:
-        *static_cast<bool*>(d) = a != nullptr;
+        *static_cast<unsigned*>(d) = a != nullptr ? 1u : 0u;
         break;
       case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
         // The device's default pool, as a recognisable non-null value.

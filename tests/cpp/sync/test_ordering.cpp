@@ -10,6 +10,7 @@
 #include "cai/device/backend.h"
 #include "cai/sync/ordering.h"
 #include "device/cuda/backend.h"
+#include "device/test_sim_util.h"
 
 namespace cai::sync {
 namespace {
