@@ -94,7 +94,7 @@ configure_and_build() {
 # _cai; the TSan tree only the thread-heavy tests.
 ASAN_TARGETS=all
 ASAN_CMAKE_ARGS="-DCAI_BUILD_PYTHON=ON -DPython_EXECUTABLE=$PY"
-TSAN_TARGETS="cai_test_device cai_test_threads"
+TSAN_TARGETS="cai_test_device cai_test_threads cai_sim_driver"
 TSAN_CMAKE_ARGS="-DCAI_BUILD_PYTHON=OFF -DCAI_BUILD_CUDA_CHECKS=OFF"
 
 step_build() {
@@ -135,7 +135,7 @@ step_asan_python() {
   local dir=$BUILD/asan
   echo "== asan-python: building _cai (incremental)"
   # shellcheck disable=SC2086
-  if ! configure_and_build "$dir" "$ASAN_FLAGS" "_cai" $ASAN_CMAKE_ARGS; then
+  if ! configure_and_build "$dir" "$ASAN_FLAGS" "_cai cai_sim_driver" $ASAN_CMAKE_ARGS; then
     note "asan-python: BUILD FAILED (see $LOGS/asan-build.log)"; FAILED=1; return
   fi
   # A package folder: the pure-Python part of cai plus the sanitized extension.
@@ -143,6 +143,8 @@ step_asan_python() {
   rm -rf "$dir/pkg" && mkdir -p "$pkg"
   ln -s "$ROOT"/python/cai/*.py "$pkg"/
   ln -s "$dir"/python/_cai/_cai*.so "$pkg"/
+  # The tree's simulated driver where the wheel keeps it (cai.sim.driver_path()).
+  mkdir -p "$pkg/_sim_driver" && ln -s "$dir/sim_driver/libcuda.so.1" "$pkg/_sim_driver/"
   # The ASan runtime must come first; libstdc++ is preloaded too, or ASan's __cxa_throw
   # interceptor finds no real __cxa_throw (python itself does not link libstdc++) and the first
   # C++ exception aborts with "CHECK failed: ... real___cxa_throw".
@@ -189,9 +191,11 @@ step_tsan() {
   local opts="halt_on_error=0:second_deadlock_stack=1:history_size=4:exitcode=66"
   # Not the kernel grid tests: the CPU grid runner is single-threaded (nothing for TSan to
   # find) and takes half a minute under it; ASan+UBSan runs them.
-  TSAN_OPTIONS=$opts CAI_BACKEND=sim "$dir/tests/cpp/cai_test_device" \
+  # Run outside ctest: they are told where their tree's simulated driver is.
+  local sim="CAI_SIM_DRIVER=$dir/sim_driver/libcuda.so.1"
+  env TSAN_OPTIONS=$opts CAI_BACKEND=sim "$sim" "$dir/tests/cpp/cai_test_device" \
     --gtest_filter='-kernel_grid.*' >>"$log" 2>&1 || rc=1
-  TSAN_OPTIONS=$opts CAI_BACKEND=sim "$dir/tests/cpp/cai_test_threads" >>"$log" 2>&1 || rc=1
+  env TSAN_OPTIONS=$opts CAI_BACKEND=sim "$sim" "$dir/tests/cpp/cai_test_threads" >>"$log" 2>&1 || rc=1
   report tsan $rc "$log" "$(grep -E "^\[  (PASSED|FAILED)  \]" "$log" | tr '\n' ' ')" \
     "WARNING: ThreadSanitizer"
 }
