@@ -355,7 +355,8 @@ CUresult SimDriver::cuStreamGetCtx(CUstream h, CUcontext* context) {
 // of reporting it at the next synchronize as it does for its own tasks.
 namespace {
 void run_host_function(CUhostFn fn, void* user_data) noexcept {
-  const char* what = "an exception that is not a std::exception";
+  // A copy: the exception, and its what(), end with the catch block.
+  std::string what = "an exception that is not a std::exception";
   try {
     fn(user_data);
     return;
@@ -367,7 +368,7 @@ void run_host_function(CUhostFn fn, void* user_data) noexcept {
                "cai simulator: an exception escaped a host function (cuLaunchHostFunc): %s; "
                "undefined on a real driver: the driver's thread ends the process "
                "(std::terminate)\n",
-               what);
+               what.c_str());
   std::fflush(stderr);
   std::terminate();
 }
