@@ -586,7 +586,10 @@ nb::object host_value(const char* rule, nb::handle value, nb::handle dt,
   if (!assign) {
     PyObject* m = PyImport_ImportModule("cai._assign");
     if (!m) throw nb::python_error();
-    if (assign) Py_DECREF(m); else assign = m;
+    if (assign)
+      Py_DECREF(m);
+    else
+      assign = m;
   }
   return nb::handle(assign).attr(rule)(value, dt, to_tuple(shape), entry);
 }
