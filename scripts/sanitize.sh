@@ -108,15 +108,17 @@ step_build() {
 
 step_asan_cpp() {
   local dir=$BUILD/asan
-  echo "== asan-cpp: building (logs in $LOGS)"
-  # shellcheck disable=SC2086
-  if ! configure_and_build "$dir" "$ASAN_FLAGS" "$ASAN_TARGETS" $ASAN_CMAKE_ARGS; then
-    note "asan-cpp: BUILD FAILED (see $LOGS/asan-build.log)"; FAILED=1; return
+  if [ -z "${ASAN_TREE_BUILT:-}" ]; then
+    echo "== asan-cpp: building (logs in $LOGS)"
+    # shellcheck disable=SC2086
+    if ! configure_and_build "$dir" "$ASAN_FLAGS" "$ASAN_TARGETS" $ASAN_CMAKE_ARGS; then
+      note "asan-cpp: BUILD FAILED (see $LOGS/asan-build.log)"; FAILED=1; return
+    fi
+    # Counts of this run only (the tree may be reused).
+    find "$dir" -name '*.gcda' -delete
   fi
   # Leaks cai makes on purpose (see docs/reliability.md): the per-thread scratch-event cache
   # of src/sync/ordering.cpp is never freed, so that no event is destroyed after the driver.
-  # Counts of this run only (the tree may be reused).
-  find "$dir" -name '*.gcda' -delete
   local supp=$BUILD/lsan.supp
   printf '%s\n' "# one cache (and one event) per host thread, leaked on purpose" \
     "leak:scratch_event" >"$supp"
@@ -133,16 +135,29 @@ step_asan_cpp() {
 
 step_asan_python() {
   local dir=$BUILD/asan
-  echo "== asan-python: building _cai (incremental)"
-  # shellcheck disable=SC2086
-  if ! configure_and_build "$dir" "$ASAN_FLAGS" "_cai cai_sim_driver" $ASAN_CMAKE_ARGS; then
-    note "asan-python: BUILD FAILED (see $LOGS/asan-build.log)"; FAILED=1; return
+  if [ -z "${ASAN_TREE_BUILT:-}" ]; then
+    echo "== asan-python: building _cai (incremental)"
+    # shellcheck disable=SC2086
+    if ! configure_and_build "$dir" "$ASAN_FLAGS" "_cai cai_sim_driver" $ASAN_CMAKE_ARGS; then
+      note "asan-python: BUILD FAILED (see $LOGS/asan-build.log)"; FAILED=1; return
+    fi
   fi
   # A package folder: the pure-Python part of cai plus the sanitized extension.
   local pkg=$dir/pkg/cai
   rm -rf "$dir/pkg" && mkdir -p "$pkg"
-  ln -s "$ROOT"/python/cai/*.py "$pkg"/
+  cp "$ROOT"/python/cai/*.py "$pkg"/  # copies: the package finds its data next to its files
   ln -s "$dir"/python/_cai/_cai*.so "$pkg"/
+  # What the wheel adds (headers, CMake package, stubs, py.typed), from the installed package:
+  # the tests of `python -m cai --cmake-dir` and of the stubs use them.
+  local installed entry
+  installed=$("$PY" -c 'import cai, os; print(os.path.dirname(cai.__file__))') ||
+    { note "asan-python: cai is not installed in $PY"; FAILED=1; return; }
+  for entry in "$installed"/*; do
+    case "$(basename "$entry")" in
+      *.py | _cai*.so | _sim_driver | __pycache__) ;;
+      *) ln -s "$entry" "$pkg"/ ;;
+    esac
+  done
   # The tree's simulated driver where the wheel keeps it (cai.sim.driver_path()).
   mkdir -p "$pkg/_sim_driver" && ln -s "$dir/sim_driver/libcuda.so.1" "$pkg/_sim_driver/"
   # The ASan runtime must come first; libstdc++ is preloaded too, or ASan's __cxa_throw
@@ -207,8 +222,9 @@ step_coverage() {
     note "coverage: not measured (COVERAGE=1 builds the ASan tree with --coverage)"; return
   fi
   # Every object of the tree: the backend's headers are compiled into the tests and _cai too.
-  # One gcovr run over src/; the per-file summary gives both totals.
-  "$PY" -m gcovr --root "$ROOT" --filter 'src/' --txt "$log" \
+  # One gcovr run over src/; the per-file summary gives both totals. --merge-lines: a line
+  # counts once, however many functions (template copies, one macro line's expansions) hold it.
+  "$PY" -m gcovr --root "$ROOT" --filter 'src/' --merge-lines --txt "$log" \
     --json-summary "$LOGS/coverage-summary.json" \
     "$dir" >"$LOGS/coverage-gcovr.log" 2>&1 || rc=$?
   local result
@@ -236,16 +252,47 @@ PY
   tail -n 14 "$log" 2>/dev/null
 }
 
+# The Python suite under ASan is the longest step and runs on one core: when the C++ steps run
+# too, the ASan tree is built first and the Python suite runs beside them (the gcov counters
+# are merged under a file lock, so both may write them).
+ASAN_PYTHON_PID=
+if [[ " ${STEPS[*]} " == *" asan-python "* ]] &&
+  { [[ " ${STEPS[*]} " == *" asan-cpp "* ]] || [[ " ${STEPS[*]} " == *" tsan "* ]]; }; then
+  targets="_cai cai_sim_driver"
+  [[ " ${STEPS[*]} " == *" asan-cpp "* ]] && targets=$ASAN_TARGETS
+  echo "== asan: building the ASan tree ($targets; logs in $LOGS)"
+  # shellcheck disable=SC2086
+  if configure_and_build "$BUILD/asan" "$ASAN_FLAGS" "$targets" $ASAN_CMAKE_ARGS; then
+    export ASAN_TREE_BUILT=1
+    find "$BUILD/asan" -name '*.gcda' -delete
+    ( SUMMARY=() FAILED=0; step_asan_python >/dev/null
+      printf '%s\n' "${SUMMARY[@]}" >"$LOGS/asan-python.summary"; exit $FAILED ) &
+    ASAN_PYTHON_PID=$!
+    echo "== asan-python: running beside the other steps"
+  else
+    note "asan: BUILD FAILED (see $LOGS/asan-build.log)"; FAILED=1; STEPS=()
+  fi
+fi
+# wait_asan_python: the background Python suite's result, into the summary.
+wait_asan_python() {
+  [ -n "$ASAN_PYTHON_PID" ] || return 0
+  wait "$ASAN_PYTHON_PID" || FAILED=1
+  ASAN_PYTHON_PID=
+  local line
+  while IFS= read -r line; do note "$line"; done <"$LOGS/asan-python.summary"
+}
+
 for step in "${STEPS[@]}"; do
   case "$step" in
     asan-cpp) step_asan_cpp ;;
-    asan-python) step_asan_python ;;
+    asan-python) [ -n "$ASAN_PYTHON_PID" ] || step_asan_python ;;
     tsan) step_tsan ;;
-    coverage) step_coverage ;;
+    coverage) wait_asan_python; step_coverage ;;
     build) step_build ;;
     *) echo "unknown step '$step' (asan-cpp, asan-python, tsan, coverage, build)"; exit 2 ;;
   esac
 done
+wait_asan_python
 
 echo
 echo "== sanitizer summary"

@@ -2,6 +2,7 @@
 extension headers stand alone and pull in nothing that needs a cai library, and every C, C++
 and CUDA block of README.md and docs/*.md compiles as written (CUDA ones where nvcc is)."""
 
+import os
 import pathlib
 import re
 import shutil
@@ -42,7 +43,11 @@ def compile_source(tmp_path, name, text, language):
         if NVCC is None:
             pytest.skip("no nvcc")
         cmd = [NVCC, "-x", "cu", "-std=c++20", "-c", "-o", str(tmp_path / "out.o")]
-    r = subprocess.run(cmd + include_flags() + [str(src)], capture_output=True, text=True)
+    # Compilers run without a preloaded sanitizer runtime (scripts/sanitize.sh preloads ASan
+    # into this process and its children; nvcc crashes under it).
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    r = subprocess.run(cmd + include_flags() + [str(src)], capture_output=True, text=True,
+                       env=env)
     assert r.returncode == 0, f"{name} ({language}):\n{text}\n{r.stdout}{r.stderr}"
 
 
