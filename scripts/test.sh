@@ -25,7 +25,7 @@ mkdir -p build
 # local run) runs them here without sanitizers. The sanitizer trees compile at low priority from
 # here on, on what the steps before the sanitizer step leave idle (most of pytest runs on one
 # core). A failing step stops them too.
-# COVERAGE=1: the ASan tree counts lines, and the coverage step checks src/ and src/device/cuda/.
+# COVERAGE=1: the ASan tree counts lines, and the coverage step checks src/ and src/device/backend/.
 SANITIZE_ENV=(SANITIZE_BUILD=build/sanitize PYTHON="$ROOT/.venv/bin/python" JOBS="$JOBS"
   COVERAGE=1)
 CPP_TESTS=OFF

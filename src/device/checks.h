@@ -2,7 +2,7 @@
 
 // Internal: the backend's argument checks, written once for every entry point that takes the
 // argument. Layout arithmetic is the core's (cai/core/strided.h); whether memory belongs to the
-// driver is the backend's memory check (src/device/cuda/memory.cpp).
+// driver is the backend's memory check (src/device/backend/memory.cpp).
 
 #include <array>
 #include <cstddef>

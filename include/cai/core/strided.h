@@ -2,8 +2,9 @@
 
 // Strided-layout arithmetic, the one place for it: extents, contiguity, overlap, dimension
 // normalisation and merging, contiguous byte runs and element iteration. Plain functions over
-// (shape, byte strides, item size), so that Layout (layout.h), both backends and the operations
-// share one implementation (src/core/strided.cpp, templates below). docs/core-layout.md.
+// (shape, byte strides, item size), so that Layout (layout.h), the backend, the simulated
+// driver and the operations share one implementation (src/core/strided.cpp, templates below).
+// docs/core-layout.md.
 
 #include <array>
 #include <cstddef>

@@ -110,7 +110,7 @@ struct BackendState;
 /// above the table differs between the two. Thread-safe.
 class Backend {
  public:
-  /// A backend over a loaded driver (make_backend() in src/device/cuda/backend.h).
+  /// A backend over a loaded driver (make_backend() in src/device/backend/backend.h).
   explicit Backend(std::unique_ptr<detail::BackendState> state);
   ~Backend();
   Backend(const Backend&) = delete;

@@ -22,7 +22,7 @@
 #include "cai/device/simulator.h"
 #include "cai_matchers.h"
 #include "device/checks.h"
-#include "device/cuda/backend.h"
+#include "device/backend/backend.h"
 #include "device/driver/api.h"
 #include "device/kernels/cpu.h"
 #include "device/kernels/elementwise.h"

@@ -15,7 +15,7 @@
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
 #include "cai_matchers.h"
-#include "device/cuda/backend.h"
+#include "device/backend/backend.h"
 #include "device/driver/abi.h"
 #include "device/sim/sim_driver.h"
 #include "test_sim_util.h"

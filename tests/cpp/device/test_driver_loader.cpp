@@ -15,7 +15,7 @@
 
 #include "cai/core/error.h"
 #include "cai_matchers.h"
-#include "device/cuda/backend.h"
+#include "device/backend/backend.h"
 #include "device/driver/api.h"
 #include "device/kernels/launch.h"
 #include "device/sim/sim_driver.h"

@@ -1,10 +1,10 @@
-// The allocations the backend knows without asking the driver (src/device/cuda/ranges.h): its
+// The allocations the backend knows without asking the driver (src/device/backend/ranges.h): its
 // own, exact until freed; foreign ones found for any pointer inside, never outside, replacing
 // the ones they overlap, bounded; memory of pools and virtual-memory mappings never remembered.
 
 #include <gtest/gtest.h>
 
-#include "device/cuda/ranges.h"
+#include "device/backend/ranges.h"
 
 namespace cai::device::detail {
 namespace {

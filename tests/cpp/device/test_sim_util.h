@@ -16,7 +16,7 @@
 #include "cai/core/layout.h"
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
-#include "device/cuda/backend.h"
+#include "device/backend/backend.h"
 #include "device/sim/sim_driver.h"
 
 namespace cai::device::detail {

@@ -13,7 +13,7 @@
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
 #include "device/backend_select.h"
-#include "device/cuda/backend.h"
+#include "device/backend/backend.h"
 
 namespace cai::device {
 

@@ -1,7 +1,7 @@
 // The backend's kernels: the module of each context (the embedded PTX, or without nvcc a
 // manifest of the entry names that only the simulated driver runs) and one launch as planned.
 
-#include "device/cuda/launch.h"
+#include "device/backend/launch.h"
 
 #include <string>
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "cai/core/error.h"
-#include "device/cuda/backend.h"
+#include "device/backend/backend.h"
 
 namespace cai::device::sim {
 

@@ -23,7 +23,7 @@
 
 #include "cai/core/strided.h"
 #include "cai/device/backend.h"
-#include "device/cuda/ranges.h"
+#include "device/backend/ranges.h"
 #include "device/driver/api.h"
 
 namespace cai::device::detail {

@@ -6,7 +6,7 @@
 
 #include "cai/core/error.h"
 #include "device/checks.h"
-#include "device/cuda/backend.h"
+#include "device/backend/backend.h"
 
 namespace cai::device {
 

@@ -11,9 +11,9 @@
 
 #include "cai/core/error.h"
 #include "device/checks.h"
-#include "device/cuda/backend.h"
-#include "device/cuda/launch.h"
-#include "device/cuda/stream_memory.h"
+#include "device/backend/backend.h"
+#include "device/backend/launch.h"
+#include "device/backend/stream_memory.h"
 
 namespace cai::device {
 

@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "device/cuda/backend.h"
+#include "device/backend/backend.h"
 
 namespace cai::device::detail {
 

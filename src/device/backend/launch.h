@@ -2,7 +2,7 @@
 
 // Internal: one kernel launch as planned (device/kernels/plan.h), in the stream's context.
 
-#include "device/cuda/backend.h"
+#include "device/backend/backend.h"
 #include "device/kernels/plan.h"
 
 namespace cai::device::detail {
