@@ -44,6 +44,8 @@ def test_wheel_name_and_contents(wheel):
     for expected in ("cai/__init__.py", "cai/py.typed", "cai/_cai/__init__.pyi",
                      "cai/_cai/ops.pyi", "cai/cmake/cai-config.cmake", "cai/include/cai/capi.h",
                      "cai/include/cai/nanobind/array.h",
+                     # the simulated driver, where cai.sim.driver_path() looks for it
+                     "cai/_sim_driver/libcuda.so.1",
                      f"cai_interop-{cai.__version__}.dist-info/licenses/LICENSE"):
         assert expected in names, expected
     assert any(re.fullmatch(r"cai/_cai\..*\.so", n) for n in names)
