@@ -111,6 +111,28 @@ def test_another_process_refuses_every_corrupt_field(child, pos, value):
     child.recv()
 
 
+@pytest.mark.parametrize("changes", [{"shape": (8192,), "alloc_size": 2**21},
+                                     {"offset": 4096, "alloc_size": 2**21}],
+                         ids=["larger-shape", "other-offset"])
+def test_a_genuine_ticket_opens_only_the_array_it_was_issued_for(child, changes):
+    """The driver maps the whole 2 MiB block of a small allocation: a handle that keeps its
+    genuine ticket but names more of the block (a larger shape or another offset, the
+    allocation size raised to match) must not reach the rest of the exporter's block."""
+    a = cai.to_device(np.arange(8.0))
+    rebuild, genuine = forge(a.get_ipc_handle())
+    fields = list(genuine)
+    for name, value in changes.items():
+        fields[globals()[name.upper()]] = value
+    tag, *error = _open_error(child, rebuild, fields)
+    assert tag == "raised" and error[0] == "ValueError", (tag, error)
+    assert "was not issued by process" in error[1] and "this array" in error[1], error[1]
+    # The refusal used nothing: the genuine fields still open.
+    child.send("open", pickle.dumps(Raw(rebuild, genuine)), "a")
+    assert child.recv()[0] == "opened"
+    child.send("drop", "a")
+    child.recv()
+
+
 def test_a_ticket_never_issued_gives_back_nothing(child):
     """Item 7: a handle whose ticket was never issued gave back a reference it never held, so
     the exporter freed memory an importer still mapped."""

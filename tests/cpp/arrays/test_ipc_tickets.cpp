@@ -35,6 +35,17 @@ TEST(ipc_tickets, a_ticket_is_used_once_and_only_for_its_slot) {
   EXPECT_FALSE(use_ticket(t.span(), a, 7));  // a replay
 }
 
+TEST(ipc_tickets, a_ticket_opens_only_the_bytes_and_access_it_grants) {
+  Table t;
+  const std::uint64_t a = issue_ticket(t.next, t.span(), 3, {64, 128, true});
+  ASSERT_NE(a, 0u);
+  EXPECT_FALSE(use_ticket(t.span(), a, 3, {64, 129, true}));   // past its end
+  EXPECT_FALSE(use_ticket(t.span(), a, 3, {0, 128, true}));    // before its start
+  EXPECT_FALSE(use_ticket(t.span(), a, 3, {64, 128, false}));  // writable
+  EXPECT_FALSE(ticket_was_used(t.span(), a));                  // refusals use nothing
+  EXPECT_TRUE(use_ticket(t.span(), a, 3, {64, 128, true}));
+}
+
 TEST(ipc_tickets, cells_are_reused_and_numbers_never_are) {
   Table t;
   std::set<std::uint64_t> seen;
