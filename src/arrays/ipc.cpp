@@ -466,7 +466,8 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
                                          ": this handle was opened in this process already; a "
                                          "handle opens once (send another for another array)");
     }
-    if (!detail::use_ticket(cells_of(*control), h.ticket, h.slot, grant_of(h))) {
+    const detail::TicketGrant wanted = grant_of(h);
+    if (!detail::use_ticket(cells_of(*control), h.ticket, h.slot, &wanted)) {
       if (detail::ticket_was_used(cells_of(*control), h.ticket)) {
         throw_error(Errc::value_error, std::string(where) +
                                            ": this handle was opened (or given back) already, "
@@ -587,7 +588,7 @@ static void discard_unmasked(const IpcArrayHandle& h) noexcept {
     auto control = control_of(h, "IpcHandle (discard)");
     if (slot_of(*control, h.slot).generation.load() != h.generation) return;  // stale
     // Only an issued, unused ticket of this slot gives its reference back.
-    if (detail::use_ticket(cells_of(*control), h.ticket, h.slot, grant_of(h)))
+    if (detail::use_ticket(cells_of(*control), h.ticket, h.slot))
       slot_of(*control, h.slot).refs.fetch_sub(1);
   } catch (...) {
     // The owner exited: nobody waits for this reference any more.

@@ -62,15 +62,17 @@ inline std::uint64_t issue_ticket(std::atomic<std::uint64_t>& next, std::span<Ti
 
 /// Marks ticket t of `slot` used: true once, for an issued ticket of that slot that grants
 /// `wanted`; false for one never issued, used already, taken over by a later ticket, issued for
-/// another slot, or for fewer bytes or read-only where `wanted` asks more.
+/// another slot, or for fewer bytes or read-only where `wanted` asks more. Giving a reference
+/// back opens nothing: it asks no grant (`wanted` null).
 inline bool use_ticket(std::span<TicketCell> cells, std::uint64_t t, std::uint32_t slot,
-                       const TicketGrant& wanted = {}) {
+                       const TicketGrant* wanted = nullptr) {
   if (t == 0 || t > kMaxTicket) return false;
   TicketCell& c = cell_of(cells, t);
   std::uint64_t w = t * 4 + kCellOut;
   if (c.word.load() != w || c.slot.load() != slot) return false;
-  if (wanted.lo < c.lo.load() || wanted.hi > c.hi.load()) return false;
-  if (c.readonly.load() != 0 && !wanted.readonly) return false;
+  if (wanted && (wanted->lo < c.lo.load() || wanted->hi > c.hi.load() ||
+                 (c.readonly.load() != 0 && !wanted->readonly)))
+    return false;
   return c.word.compare_exchange_strong(w, t * 4 + kCellUsed);
 }
 
