@@ -12,8 +12,8 @@
 
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
-#include "device/backend_select.h"
 #include "device/backend/backend.h"
+#include "device/backend_select.h"
 
 namespace cai::device {
 

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "cai/core/error.h"
-#include "device/checks.h"
 #include "device/backend/backend.h"
+#include "device/checks.h"
 
 namespace cai::device {
 

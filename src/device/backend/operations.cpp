@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "cai/core/error.h"
-#include "device/checks.h"
 #include "device/backend/backend.h"
 #include "device/backend/launch.h"
 #include "device/backend/stream_memory.h"
+#include "device/checks.h"
 
 namespace cai::device {
 

@@ -13,8 +13,8 @@
 #include "cai/device/operations.h"
 
 /// Most dimensions a kernel takes after merge_dims (cai/core/strided.h), a fixed size so that
-/// the shape travels by value; at most cai::max_ndim (checked in src/device/backend/operations.cpp). A
-/// launch with more merged dims throws not_implemented.
+/// the shape travels by value; at most cai::max_ndim (checked in
+/// src/device/backend/operations.cpp). A launch with more merged dims throws not_implemented.
 #define CAI_CUDA_MAX_RANK 16
 /// Operand slots: out plus the most inputs of an elementwise operation.
 #define CAI_KERNEL_MAX_OPERANDS 3
