@@ -8,9 +8,9 @@
 #include <string>
 
 #include "cai/core/error.h"
-#include "device/checks.h"
 #include "device/backend/backend.h"
 #include "device/backend/stream_memory.h"
+#include "device/checks.h"
 
 namespace cai::device {
 

@@ -294,7 +294,7 @@ class SimDriver {
   bool pool_stopping_ = false;
   RaceDetector races_;
   bool race_detection_ = true;
-  std::map<std::uint64_t, Allocation> memory_;                // by start address
+  std::map<std::uint64_t, Allocation> memory_;  // by start address
   /// Memory freed by cuMemFreeAsync (start -> size) until its addresses are given out again:
   /// its pointer attributes are undefined on a real driver.
   std::map<std::uint64_t, std::uint64_t> freed_async_;
