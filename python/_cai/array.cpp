@@ -863,7 +863,10 @@ void bind_array(nb::module_& m) {
         "DLPack: kDLCUDAHost.");
   m.def(
       "_host_register",
-      [](std::uint64_t ptr, std::size_t bytes) { device::backend().host_register(ptr, bytes); },
+      [](std::uint64_t ptr, std::size_t bytes) {
+        NoGil nogil;  // the driver may wait for all device work before it locks
+        device::backend().host_register(ptr, bytes);
+      },
       nb::arg("ptr"), nb::arg("nbytes"), "Page-locks host memory (cai.pinned).");
   m.def("_host_unregister", exit_safe([](std::uint64_t ptr) {
           NoGil nogil;  // the driver waits for all device work before it unlocks

@@ -548,13 +548,18 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
                                          "the handle is corrupt");
     }
     base = mapping->base;
-    // The driver mapped what the exporter shared: the handle's own sizes must agree with it.
+    // The driver mapped what the exporter shared, which must cover the handle's allocation.
+    // It may map more: the driver shares the whole underlying block (2 MiB for small ones).
     const device::PointerInfo mapped = backend.pointer_info(base);
-    if (mapped.alloc_size != h.alloc_size) {
+    if (mapped.alloc_base > base || mapped.alloc_base + mapped.alloc_size < base + h.alloc_size) {
       throw_error(Errc::value_error,
                   std::string(where) + ": the handle says its allocation has " +
                       std::to_string(h.alloc_size) + " bytes, the memory shared has " +
-                      std::to_string(mapped.alloc_size) + "; the handle is corrupt");
+                      std::to_string(mapped.alloc_base <= base &&
+                                             base - mapped.alloc_base < mapped.alloc_size
+                                         ? mapped.alloc_size - (base - mapped.alloc_base)
+                                         : 0) +
+                      "; the handle is corrupt");
     }
     memory = std::move(mapping);
     if (h.has_event) {

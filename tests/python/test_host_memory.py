@@ -5,6 +5,7 @@ memory finish before the call returns (the driver's documented behaviour), and s
 waits. Asynchrony is shown with cai.sim.hold, cai.sim.delay and stream.query(), never with the
 clock."""
 
+import contextlib
 import threading
 
 import numpy as np
@@ -18,15 +19,24 @@ kDLCUDAHost, kDLCUDAManaged = 3, 13
 _GATES = {}
 
 
-@pytest.fixture
-def slow():
+@contextlib.contextmanager
+def held():
     """A non-blocking stream held by a gate (cai.sim.hold): what is queued on it stays queued
-    until let_go(slow), so query() says whether a call waited."""
+    until let_go(slow), so query() says whether a call waited. Page-locked memory is allocated
+    or locked before: the driver may wait for all queued work there (docs/python.md)."""
     s = cai.stream(non_blocking=True)
     with cai.sim.hold(s) as gate:
         _GATES[s.handle] = gate
+        try:
+            yield s
+        finally:
+            del _GATES[s.handle]
+
+
+@pytest.fixture
+def slow():
+    with held() as s:
         yield s
-    del _GATES[s.handle]
 
 
 def let_go(stream, later=False):
@@ -77,17 +87,18 @@ def test_options_numba_has_that_cai_does_not():
     assert cai.mapped_array(4, portable=True).shape == (4,)
 
 
-def test_pinned_array_is_a_numpy_array_whose_copies_do_not_wait(slow):
+def test_pinned_array_is_a_numpy_array_whose_copies_do_not_wait():
     p = cai.pinned_array((4, 5), dtype=np.int32, order="F")
     assert type(p) is np.ndarray and p.flags.f_contiguous
     p[...] = np.arange(20).reshape(4, 5)
-    d = cai.to_device(p, stream=slow)  # queued
-    assert not slow.query()
     out = cai.pinned_array((4, 5), dtype=np.int32)
-    d.copy_to_host(out, stream=slow)  # queued too: out is filled once the stream gets there
-    assert not slow.query()
-    let_go(slow)
-    slow.synchronize()
+    with held() as slow:
+        d = cai.to_device(p, stream=slow)  # queued
+        assert not slow.query()
+        d.copy_to_host(out, stream=slow)  # queued too: out is filled once the stream gets there
+        assert not slow.query()
+        let_go(slow)
+        slow.synchronize()
     np.testing.assert_array_equal(out, np.arange(20).reshape(4, 5))
 
 
@@ -109,18 +120,18 @@ def test_pageable_copies_finish_before_returning_even_with_a_stream():
 def test_stream_zero_always_waits():
     s = cai.stream(non_blocking=True)
     d = cai.device_array(8, stream=s)
+    p = cai.pinned_array(8)  # first: allocating page-locked memory may wait for the device
     cai.ops.fill(d, 1.0)
     cai.sim.delay(s, 0.2)
     cai.ops.fill(d, 2.0)
-    p = cai.pinned_array(8)
     d.copy_to_host(p)  # stream=0: Numba's synchronous copy, pinned memory or not
     assert s.query()
     np.testing.assert_array_equal(p, np.full(8, 2.0))
 
 
-def test_pinned_page_locks_numpy_arrays_for_a_block(slow):
+def test_pinned_page_locks_numpy_arrays_for_a_block():
     x = np.ones((3, 3))
-    with cai.pinned(x):
+    with cai.pinned(x), held() as slow:
         d = cai.to_device(x, stream=slow)
         assert not slow.query()  # page-locked: queued
         let_go(slow)
@@ -148,12 +159,12 @@ def test_a_failed_pinned_block_unlocks_what_it_locked():
         pass
 
 
-def test_pinned_locks_shared_pages_once(slow):
+def test_pinned_locks_shared_pages_once():
     # Views of one array, and small arrays that the allocator put side by side: the driver
     # locks whole pages and refuses a page twice, so pinned() locks each page once.
     x = np.arange(4096.0)
     small = [np.ones(3) for _ in range(8)]
-    with cai.pinned(x, x[1:], x[::7], *small):
+    with cai.pinned(x, x[1:], x[::7], *small), held() as slow:
         cai.to_device(x[1:], stream=slow)
         assert not slow.query()  # page-locked: queued
         let_go(slow)

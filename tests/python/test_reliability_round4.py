@@ -45,18 +45,20 @@ def in_thread(fn):
 class LockedTemporary:
     """Host data whose NumPy array is a temporary made for the call (as NumPy's conversion of a
     list, or of another dtype, makes one inside cai) on pages a cai.pinned block locked: the
-    only reference to it is the caller's (cai's) once __array__ returns."""
+    only reference to it is the caller's (cai's) once __array__ returns. The pages are locked
+    ahead, in __init__: locking may wait for all queued work (docs/python.md)."""
 
     def __init__(self, values):
         self.values = values
-        self.locks = []
-
-    def __array__(self, dtype=None, copy=None):
-        tmp = self.values.astype(dtype or self.values.dtype)
-        lock = cai.pinned(tmp)
+        self.tmp = values.copy()
+        lock = cai.pinned(self.tmp)
         lock.__enter__()
         lock._arrays = ()            # the lock must not keep the temporary alive
-        self.locks.append(lock)
+        self.locks = [lock]
+
+    def __array__(self, dtype=None, copy=None):
+        assert dtype is None or dtype == self.values.dtype, dtype
+        tmp, self.tmp = self.tmp, None
         return tmp
 
     def unlock(self):
@@ -191,9 +193,9 @@ def test_another_threads_default_stream_is_given_back_ordered(pool):
 def test_numpy_zero_as_stream_waits_for_the_copy(zero):
     s = cai.stream()
     a = cai.device_array(N, dtype=np.float32, stream=s)
+    out = cai.pinned_array(N, dtype=np.float32)  # first: it may wait for the device
     cai.sim.delay(s, 0.05)
     cai.ops.fill(a, 5.0)
-    out = cai.pinned_array(N, dtype=np.float32)
     a.copy_to_host(out, stream=zero)
     assert s.query()                 # returned after the copy ran
     np.testing.assert_array_equal(out, np.full(N, 5.0, np.float32))
@@ -413,10 +415,10 @@ UNLOCK_WITHOUT_THE_GIL = """
     import cai
     s = cai.stream()
     a = cai.device_array(1 << 12, dtype=np.float32, stream=s)
+    lock = cai.pinned(np.zeros(1 << 12))
+    lock.__enter__()                                # before the hold: locking waits too
     gate = cai.sim.hold(s)
     cai.ops.fill(a, 1.0, stream=s)                 # device work the unlock waits for
-    lock = cai.pinned(np.zeros(1 << 12))
-    lock.__enter__()
     entered = threading.Event()
 
     def end_block():

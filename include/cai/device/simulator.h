@@ -103,9 +103,11 @@ std::map<std::string, std::uint64_t> driver_call_ns(Backend& b);
 void inject_error(Backend& b, std::string_view entry, int code, unsigned skip = 0,
                   unsigned times = 1);
 
-/// Device memory on the current device mapped as `chunks` consecutive ranges of `chunk_bytes`
-/// (a multiple of 256), each of which the driver reports as its own allocation, as virtual
-/// memory pools map it (PyTorch's expandable segments). Freed with free_chunked.
+/// Device memory on the current device: one virtual-memory reservation mapped as `chunks`
+/// consecutive chunks of `chunk_bytes` (a multiple of 256), as virtual memory pools map it
+/// (PyTorch's expandable segments). The range attributes report the whole reservation; the
+/// mapping attributes each chunk. free_chunked of the start frees it all; of another chunk's
+/// start, unmaps that chunk only (a hole in the reservation).
 std::uint64_t alloc_chunked(Backend& b, std::size_t chunk_bytes, unsigned chunks);
 void free_chunked(Backend& b, std::uint64_t ptr);
 

@@ -153,16 +153,19 @@ struct BackendState {
   /// The driver's answer about ptr, asked now.
   Ranges::Entry query_pointer(std::uint64_t ptr);
   /// Checks the bytes r of an operand before any work: array data must be memory of the
-  /// driver (device, pinned_host or managed) within one live allocation (or consecutive
-  /// chunks of one mapping); `host` operands may also be pageable host memory. `device` is
-  /// the device of the work (-1: any), for which a remembered foreign range is asked again
-  /// when it names another device. Returns what the memory is.
+  /// driver (device, pinned_host or managed) within one live allocation (or the mapped parts
+  /// of one virtual-memory reservation); `host` operands may also be pageable host memory. `device`
+  /// is the device of the work (-1: any), for which a remembered foreign range is asked again when
+  /// it names another device. Returns what the memory is.
   PointerInfo check_memory(std::string_view where, std::string_view name, const ByteRange& r,
                            bool host, int device);
   /// check_memory of the operands of one operation (`rs`, named by elementwise_operand_name),
   /// their remembered ranges read under one lock; the answers go to `out`.
   void check_operands(std::string_view where, std::span<const ByteRange> rs, int device,
                       std::span<PointerInfo> out);
+  /// Error(device_error) unless every byte of r, inside `reservation`, is mapped.
+  void check_mapped(std::string_view where, std::string_view name, const ByteRange& r,
+                    const ByteRange& reservation);
   /// Remembers an allocation of the current context as made (no driver query).
   void remember(std::uint64_t ptr, std::size_t bytes, MemoryKind kind, bool pooled);
   /// Backend::free's checks (Error(value_error) when free() would refuse ptr), and what the

@@ -27,10 +27,6 @@ std::string what_of(std::string_view where, std::string_view name, const ByteRan
   return s;
 }
 
-bool same_memory(const PointerInfo& a, const PointerInfo& b) {
-  return a.kind == b.kind && a.device == b.device;
-}
-
 }  // namespace
 
 Ranges::Entry BackendState::query_pointer(std::uint64_t ptr) {
@@ -79,7 +75,8 @@ Ranges::Entry BackendState::query_pointer(std::uint64_t ptr) {
   info.alloc_base = start;
   info.alloc_size = size;
   if (info.alloc_size == 0) {
-    // No range attribute for this memory: ask for the allocation's range directly.
+    // No range attribute for this memory (an old driver): ask for the allocation's range
+    // directly (the driver documents this for cuMemAlloc memory only).
     CUdeviceptr base = 0;
     std::size_t bytes = 0;
     if (api.cuMemGetAddressRange(&base, &bytes, ptr) == CUDA_SUCCESS) {
@@ -91,7 +88,45 @@ Ranges::Entry BackendState::query_pointer(std::uint64_t ptr) {
   e.ipc_capable = ipc != 0;
   // Pools and virtual-memory mappings reuse their addresses at will: never remembered.
   e.cacheable = ctx != nullptr && pool == nullptr;
+  // Device memory of neither a context nor a pool: a virtual-memory reservation, whose range
+  // attributes span the whole reservation, unmapped parts included.
+  e.reserved = info.kind == MemoryKind::device && ctx == nullptr && pool == nullptr;
   return e;
+}
+
+void BackendState::check_mapped(std::string_view where, std::string_view name, const ByteRange& r,
+                                const ByteRange& reservation) {
+  const auto unmapped = [&](std::uint64_t at) {
+    throw_error(Errc::device_error, what_of(where, name, r) +
+                                        " runs into an unmapped part of its reservation " +
+                                        range_text(reservation) + " at " + hex(at));
+  };
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MAPPED,
+                                 CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+                                 CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
+  // Mapping by mapping, from the view's first byte to its last.
+  for (std::uint64_t at = r.lo; at < r.hi;) {
+    unsigned int mapped = 0;
+    CUdeviceptr base = 0;
+    std::size_t bytes = 0;
+    void* data[] = {&mapped, &base, &bytes};
+    counts.pointer_query.bump();
+    const CUresult q = api.cuPointerGetAttributes(static_cast<unsigned int>(std::size(attrs)),
+                                                  attrs, data, static_cast<CUdeviceptr>(at));
+    if (q != CUDA_SUCCESS) {
+      // A driver without the mapping attributes (before CUDA 12.1): the two ends, at least.
+      for (const std::uint64_t p : {at, r.hi - 1}) {
+        void* one[] = {&mapped};
+        mapped = 0;
+        check(api.cuPointerGetAttributes(1, attrs, one, static_cast<CUdeviceptr>(p)),
+              "cuPointerGetAttributes");
+        if (mapped == 0) unmapped(p);
+      }
+      return;
+    }
+    if (mapped == 0 || bytes == 0 || base > at || base + bytes <= at) unmapped(at);
+    at = base + bytes;
+  }
 }
 
 PointerInfo BackendState::pointer_info(std::uint64_t ptr) {
@@ -140,21 +175,17 @@ PointerInfo BackendState::check_memory(std::string_view where, std::string_view 
                     "array data must be device, pinned_host or managed memory");
   }
   const ByteRange alloc{info.alloc_base, info.alloc_base + info.alloc_size};
-  if (alloc.contains(r)) return info;
+  if (alloc.contains(r)) {
+    // Virtual-memory pools (PyTorch's expandable segments) map chunks into one reservation
+    // as they grow: a view must not run into a part not mapped (yet, or any more).
+    if (e->reserved) check_mapped(where, name, r, alloc);
+    return info;
+  }
   if (!asked && !e->own) {
     // A remembered foreign range may be stale (freed, its addresses reused): ask again.
     ranges.forget(info.alloc_base, info.alloc_size);
     return check_memory(where, name, r, host, device);
   }
-  // Virtual-memory pools (PyTorch's expandable segments) map one allocation as consecutive
-  // chunks, each its own range: a view may cross into the next one.
-  std::uint64_t hi = alloc.hi;
-  while (info.alloc_size != 0 && hi < r.hi) {
-    const PointerInfo next = pointer_info(hi);
-    if (!same_memory(next, info) || next.alloc_base != hi || next.alloc_size == 0) break;
-    hi = next.alloc_base + next.alloc_size;
-  }
-  if (r.lo >= alloc.lo && hi >= r.hi) return info;
   throw_error(Errc::device_error, what_of(where, name, r) +
                                       " runs past the end of its allocation " + range_text(alloc));
 }

@@ -36,6 +36,7 @@ class Ranges {
     bool pooled = false;       ///< own: from a stream-ordered pool (freed with cuMemFreeAsync)
     bool cacheable = false;    ///< foreign: may be remembered (has a context, no pool)
     bool ipc_capable = false;  ///< the driver's IS_LEGACY_CUDA_IPC_CAPABLE
+    bool reserved = false;     ///< foreign: a virtual-memory reservation (maybe partly mapped)
   };
 
   explicit Ranges(std::size_t foreign_capacity = 1024) : capacity_(foreign_capacity) {}

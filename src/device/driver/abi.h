@@ -98,6 +98,7 @@ enum CUdevice_attribute : int {
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
   CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY = 83,
+  CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91,
   CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
 };
 
@@ -113,6 +114,8 @@ enum CUpointer_attribute : int {
   CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,
   CU_POINTER_ATTRIBUTE_MAPPED = 13,
   CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE = 17,
+  CU_POINTER_ATTRIBUTE_MAPPING_SIZE = 18,
+  CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR = 19,
 };
 
 enum CUmemorytype : int {
@@ -134,6 +137,7 @@ enum CUipcMem_flags : int { CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1 };
 /// cuMemHostRegister's flags (macros in cuda.h).
 inline constexpr unsigned kMemHostRegisterPortable = 1;
 inline constexpr unsigned kMemHostRegisterDeviceMap = 2;
+inline constexpr unsigned kMemHostRegisterReadOnly = 8;
 
 enum CUdriverProcAddress_flags : int {
   CU_GET_PROC_ADDRESS_DEFAULT = 0,

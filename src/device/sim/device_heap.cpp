@@ -115,6 +115,12 @@ std::pair<int, std::uint64_t> DeviceHeap::share_point(std::uint64_t ptr) const n
   return {segment_->fd(), ptr - base_};
 }
 
+std::uint64_t DeviceHeap::shared_block(std::uint64_t ptr, std::uint64_t bytes) const noexcept {
+  if (auto it = own_.find(ptr); it != own_.end()) return it->second.segment->size();
+  constexpr std::uint64_t block = std::uint64_t{2} << 20;
+  return std::min<std::uint64_t>((bytes + block - 1) / block * block, capacity_ - (ptr - base_));
+}
+
 void DeviceHeap::release(std::uint64_t ptr, std::size_t bytes) {
   if (auto it = own_.find(ptr); it != own_.end()) {
     give_back(it->second.off, it->second.size);

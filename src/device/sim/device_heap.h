@@ -46,6 +46,9 @@ class DeviceHeap {
   std::byte* alias(std::uint64_t ptr) const noexcept;
   /// The segment descriptor and offset of the block at ptr (what an importer maps).
   std::pair<int, std::uint64_t> share_point(std::uint64_t ptr) const noexcept;
+  /// How much another process maps of the `bytes` at ptr: the whole underlying block, as the
+  /// driver shares it (an allocation's own segment; else its 2 MiB block, within the heap).
+  std::uint64_t shared_block(std::uint64_t ptr, std::uint64_t bytes) const noexcept;
 
   static constexpr std::size_t alignment = 256;
   static constexpr std::size_t own_segment_bytes = std::size_t{2} << 20;

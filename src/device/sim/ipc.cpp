@@ -134,7 +134,8 @@ CUresult SimDriver::cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
     ExportEntry& e = table[slot];
     const auto [fd, offset] = heap.share_point(ptr);
     e.offset = offset;
-    e.size = a.size;
+    // The driver shares the whole underlying block, more than the allocation.
+    e.size = heap.shared_block(ptr, a.size);
     e.fd = fd;
     e.device = a.device;
     e.token.store(new_token());

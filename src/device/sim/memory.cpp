@@ -54,6 +54,12 @@ DeviceHeap& SimDriver::heap_locked(int device) {
 
 std::uint64_t SimDriver::add_allocation_locked(std::uint64_t base, Allocation a) {
   races_.forget(base, base + a.size);  // in case stale history of host memory was here
+  if (!freed_async_.empty()) {
+    // Addresses given out again: no longer memory freed by cuMemFreeAsync.
+    auto it = freed_async_.upper_bound(base);
+    if (it != freed_async_.begin() && std::prev(it)->first + std::prev(it)->second > base) --it;
+    while (it != freed_async_.end() && it->first < base + a.size) it = freed_async_.erase(it);
+  }
   memory_[base] = std::move(a);
   return base;
 }
@@ -232,6 +238,7 @@ CUresult SimDriver::caiSimMemAllocChunked(CUdeviceptr* ptr, std::size_t chunk_by
     a.device = device;
     a.host = host + i * chunk_bytes;
     a.chunk_group = base;
+    a.reservation = chunk_bytes * chunks;
     add_allocation_locked(at, std::move(a));
   }
   *ptr = base;
@@ -241,7 +248,10 @@ CUresult SimDriver::caiSimMemAllocChunked(CUdeviceptr* ptr, std::size_t chunk_by
 CUresult SimDriver::cuMemAllocHost(void** ptr, std::size_t bytes) {
   if (ptr == nullptr || bytes == 0)
     return fail(CUDA_ERROR_INVALID_VALUE, "cuMemAllocHost of 0 bytes");
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
+  // An implicit synchronization point on the driver: it waits for the work queued so far
+  // (without ordering anything for the race detector: cai must not rely on it).
+  drain_locked(lk);
   CUresult r = CUDA_SUCCESS;
   const std::uint64_t p = host_allocation_locked(bytes, Kind::pinned, r);
   if (p != 0) *ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(p));
@@ -281,9 +291,10 @@ CUresult SimDriver::cuMemHostRegister(void* ptr, std::size_t bytes, unsigned int
       (flags & ~(kMemHostRegisterPortable | kMemHostRegisterDeviceMap)) != 0)
     return fail(CUDA_ERROR_INVALID_VALUE, "cuMemHostRegister: null, empty or unknown flags");
   const auto lo = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ptr));
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   int device = 0;
   if (CUresult r = need_context_locked(device)) return r;
+  drain_locked(lk);  // an implicit synchronization point, as cuMemAllocHost
   bool partial = false;
   if (find_locked(lo, lo + bytes, nullptr, &partial) != nullptr || partial)
     return fail(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
@@ -319,8 +330,9 @@ CUresult SimDriver::cuMemFree(CUdeviceptr ptr) {
   }
   const Allocation a = it->second;
   memory_.erase(it);
-  // The driver documents that cuMemFree may synchronize: work already queued may still use it.
-  drain_locked(lk);
+  // The driver documents that cuMemFree may synchronize (work already queued may still use
+  // the memory), except for stream-ordered memory.
+  if (a.kind != Kind::pool) drain_locked(lk);
   races_.forget(ptr, ptr + a.size);
   unexport_locked(a);
   give_back_locked(ptr, a);
@@ -330,17 +342,20 @@ CUresult SimDriver::cuMemFree(CUdeviceptr ptr) {
 CUresult SimDriver::caiSimMemFreeChunked(CUdeviceptr ptr) {
   std::unique_lock lk(mu_);
   auto it = memory_.find(ptr);
-  if (it == memory_.end() || it->second.kind != Kind::chunk || it->second.chunk_group != ptr)
-    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not a caiSimMemAllocChunked start");
+  if (it == memory_.end() || it->second.kind != Kind::chunk)
+    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not a caiSimMemAllocChunked chunk");
   const int device = it->second.device;
-  std::uint64_t size = 0;
-  while (it != memory_.end() && it->second.kind == Kind::chunk && it->second.chunk_group == ptr) {
-    size += it->second.size;
-    it = memory_.erase(it);
+  const std::uint64_t group = it->second.chunk_group;
+  const std::uint64_t size = group == ptr ? it->second.reservation : it->second.size;
+  if (group == ptr) {
+    // The first chunk: every chunk still mapped, then the whole reservation.
+    while (it != memory_.end() && it->first < ptr + size) it = memory_.erase(it);
+  } else {
+    memory_.erase(it);  // one chunk unmapped: a hole in the reservation
   }
   drain_locked(lk);
   races_.forget(ptr, ptr + size);
-  heap_locked(device).release(ptr, size);
+  if (group == ptr) heap_locked(device).release(ptr, size);
   return CUDA_SUCCESS;
 }
 
@@ -393,16 +408,29 @@ CUresult SimDriver::cuMemFreeAsync(CUdeviceptr ptr, CUstream h) {
   // From now on the memory is gone for every new operation.
   memory_.erase(it);
   races_.forget(ptr, ptr + a.size);
+  freed_async_[ptr] = a.size;
   return CUDA_SUCCESS;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Pointer attributes.
 
+CUresult SimDriver::freed_async_locked(CUdeviceptr ptr, const char* entry) const {
+  auto it = freed_async_.upper_bound(ptr);
+  if (it == freed_async_.begin() || ptr - std::prev(it)->first >= std::prev(it)->second)
+    return CUDA_SUCCESS;
+  --it;
+  return fail(CUDA_ERROR_ILLEGAL_STATE,
+              std::string("undefined on a real driver: ") + entry + " of " + hex_text(ptr) +
+                  ", in memory freed by cuMemFreeAsync at " + hex_text(it->first) +
+                  " (its pointer attributes are undefined once the free is enqueued)");
+}
+
 CUresult SimDriver::cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
                                           CUdeviceptr ptr) {
   if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(mu_);
+  if (CUresult r = freed_async_locked(ptr, "cuPointerGetAttribute")) return r;
   const Allocation* a = find_locked(ptr, ptr + 1);
   if (a == nullptr)
     return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not memory the driver knows");
@@ -415,12 +443,14 @@ CUresult SimDriver::cuPointerGetAttributes(unsigned int count, CUpointer_attribu
                                            void** data, CUdeviceptr ptr) {
   if (count > 0 && (attributes == nullptr || data == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(mu_);
+  if (CUresult r = freed_async_locked(ptr, "cuPointerGetAttributes")) return r;
   return attributes_locked(count, attributes, data, ptr);
 }
 
 CUresult SimDriver::attributes_locked(unsigned int count, const CUpointer_attribute* attributes,
                                       void* const* data, CUdeviceptr ptr) {
-  // Memory the driver does not know reads as the defaults (null, zero), not as an error.
+  // Memory the driver does not know reads as the defaults (null, zero), not as an error. The
+  // boolean attributes are unsigned ints (4 bytes), as cuda.h documents them.
   std::uint64_t base = 0;
   const Allocation* a = find_locked(ptr, ptr + 1, &base);
   const bool host = a && host_kind(a->kind);
@@ -456,9 +486,16 @@ CUresult SimDriver::attributes_locked(unsigned int count, const CUpointer_attrib
         *static_cast<unsigned*>(d) = a && a->kind == Kind::device ? 1u : 0u;
         break;
       case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *static_cast<CUdeviceptr*>(d) = a ? base : 0;
+        // A mapping's range is its whole reservation, unmapped parts included.
+        *static_cast<CUdeviceptr*>(d) = !a ? 0 : a->kind == Kind::chunk ? a->chunk_group : base;
         break;
       case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *static_cast<std::size_t*>(d) = !a ? 0 : a->kind == Kind::chunk ? a->reservation : a->size;
+        break;
+      case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        *static_cast<CUdeviceptr*>(d) = a ? base : 0;
+        break;
+      case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
         *static_cast<std::size_t*>(d) = a ? a->size : 0;
         break;
       case CU_POINTER_ATTRIBUTE_MAPPED:
@@ -480,10 +517,18 @@ CUresult SimDriver::attributes_locked(unsigned int count, const CUpointer_attrib
 
 CUresult SimDriver::cuMemGetAddressRange(CUdeviceptr* base, std::size_t* size, CUdeviceptr ptr) {
   std::lock_guard lk(mu_);
+  if (CUresult r = freed_async_locked(ptr, "cuMemGetAddressRange")) return r;
   std::uint64_t start = 0;
   const Allocation* a = find_locked(ptr, ptr + 1, &start);
   if (a == nullptr)
     return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not memory the driver knows");
+  // Documented for cuMemAlloc/cuMemAllocPitch memory only: anything else is the range
+  // attributes' to answer.
+  if (a->kind != Kind::device)
+    return fail(CUDA_ERROR_INVALID_VALUE,
+                "cuMemGetAddressRange: " + hex_text(ptr) +
+                    " is not cuMemAlloc/cuMemAllocPitch memory, the only memory the driver "
+                    "documents it for (use CU_POINTER_ATTRIBUTE_RANGE_START_ADDR/RANGE_SIZE)");
   if (base) *base = start;
   if (size) *size = a->size;
   return CUDA_SUCCESS;

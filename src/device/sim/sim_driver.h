@@ -174,7 +174,8 @@ class SimDriver {
     Kind kind = Kind::device;
     int device = 0;
     std::byte* host = nullptr;               ///< where the CPU reaches it
-    std::uint64_t chunk_group = 0;           ///< the first chunk's address (chunks)
+    std::uint64_t chunk_group = 0;           ///< chunks: the reservation's start (first chunk)
+    std::uint64_t reservation = 0;           ///< chunks: the reservation's size
     std::shared_ptr<SharedMapping> mapping;  ///< opened memory: the other process's segment
     std::uint64_t opened_refs = 0;           ///< opened memory: cuIpcOpenMemHandle count
     std::uint32_t export_slot = ~0u;         ///< the export-table slot when shared
@@ -213,6 +214,8 @@ class SimDriver {
   // All *_locked functions run with mu_ held.
   CUresult attributes_locked(unsigned int count, const CUpointer_attribute* attributes,
                              void* const* data, CUdeviceptr ptr);
+  /// The "undefined on a real driver" error when ptr is in memory freed by cuMemFreeAsync.
+  CUresult freed_async_locked(CUdeviceptr ptr, const char* entry) const;
   /// The calling thread's current context (its device), or -1.
   int current_locked();
   CUresult need_context_locked(int& device);
@@ -291,7 +294,10 @@ class SimDriver {
   bool pool_stopping_ = false;
   RaceDetector races_;
   bool race_detection_ = true;
-  std::map<std::uint64_t, Allocation> memory_;                // by start address
+  std::map<std::uint64_t, Allocation> memory_;  // by start address
+  /// Memory freed by cuMemFreeAsync (start -> size) until its addresses are given out again:
+  /// its pointer attributes are undefined on a real driver.
+  std::map<std::uint64_t, std::uint64_t> freed_async_;
   std::map<std::uint64_t, std::shared_ptr<Stream>> streams_;  // created streams, by handle
   std::vector<std::shared_ptr<Stream>> all_streams_;          // every live or draining stream
   std::map<std::pair<std::uint64_t, int>, std::shared_ptr<Stream>> per_thread_;

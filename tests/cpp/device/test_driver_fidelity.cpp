@@ -1,12 +1,16 @@
 // Where the simulated driver does what the real driver documents, and the backend relies on
-// nothing more: boolean pointer attributes (docs/simulator.md, "Where it differs from a real
-// driver").
+// nothing more: boolean pointer attributes, memory freed by cuMemFreeAsync, cuMemGetAddressRange,
+// virtual-memory reservations (docs/simulator.md, "Where it differs from a real driver").
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
+#include <future>
+#include <span>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "cai/core/error.h"
 #include "cai/device/backend.h"
@@ -19,8 +23,17 @@
 namespace cai::device {
 namespace {
 
+using cai::test::ThrowsCaiError;
+using test::addr;
 using test::dense;
+using ::testing::HasSubstr;
 using namespace cu;
+
+std::string detail_of(Backend& b) {
+  const char* text = nullptr;
+  b.state().sim->caiSimGetErrorDetail(&text);
+  return text ? text : "";
+}
 
 // ---------------------------------------------------------------------------------------------
 // Boolean pointer attributes.
@@ -77,6 +90,118 @@ TEST(driver_fidelity, foreign_device_pinned_and_managed_memory_is_cuda_memory) {
   other->free(device);
   other->free(pinned);
   other->free(managed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory freed by cuMemFreeAsync.
+
+TEST(driver_fidelity, pointer_attributes_of_memory_freed_by_cuMemFreeAsync_are_undefined) {
+  auto b = detail::make_sim_backend();
+  const DriverApi& api = b->state().api;
+  const StreamHandle s = b->stream_create(false);
+  const std::uint64_t t = b->alloc_async(1024, s);
+  // The stream held by a task until released: the free stays queued behind it.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  sim::enqueue_task(*b, s, {}, [released](std::span<const std::uint64_t>) { released.wait(); });
+  b->free_async(t, s);
+  auto expect_undefined = [&](const char* when) {
+    SCOPED_TRACE(when);
+    unsigned int type = 7;
+    CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+    void* data[] = {&type};
+    EXPECT_EQ(api.cuPointerGetAttributes(1, &attr, data, t + 16), CUDA_ERROR_ILLEGAL_STATE);
+    EXPECT_THAT(detail_of(*b), HasSubstr("undefined on a real driver: cuPointerGetAttributes"));
+    EXPECT_EQ(api.cuPointerGetAttribute(&type, attr, t), CUDA_ERROR_ILLEGAL_STATE);
+    CUdeviceptr base = 0;
+    std::size_t size = 0;
+    EXPECT_EQ(api.cuMemGetAddressRange(&base, &size, t), CUDA_ERROR_ILLEGAL_STATE);
+    EXPECT_THAT(detail_of(*b), HasSubstr("freed by cuMemFreeAsync"));
+    // The backend relies on no answer: work on the freed memory is refused, naming the rule.
+    const std::int32_t v = 1;
+    EXPECT_THAT([&] { b->fill_async(dense(t, {4}, 4), &v, s); },
+                ThrowsCaiError(Errc::device_error, HasSubstr("undefined on a real driver")));
+  };
+  expect_undefined("free enqueued");
+  release.set_value();
+  b->stream_synchronize(s);
+  expect_undefined("free done");
+  b->stream_destroy(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// cuMemGetAddressRange.
+
+TEST(driver_fidelity, cuMemGetAddressRange_answers_for_cuMemAlloc_memory_only) {
+  auto b = detail::make_sim_backend();
+  const DriverApi& api = b->state().api;
+  const std::uint64_t device = b->alloc(MemoryKind::device, 512);
+  const std::uint64_t pinned = b->alloc(MemoryKind::pinned_host, 512);
+  const std::uint64_t managed = b->alloc(MemoryKind::managed, 512);
+  const std::uint64_t pooled = b->alloc_async(512, kLegacyDefaultStream);
+  std::vector<char> host(8192);
+  const std::uint64_t page = (addr(host.data()) + 4095) / 4096 * 4096;
+  b->host_register(page, 4096);
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  EXPECT_EQ(api.cuMemGetAddressRange(&base, &size, device + 100), CUDA_SUCCESS);
+  EXPECT_EQ(base, device);
+  EXPECT_EQ(size, 512u);
+  for (const std::uint64_t p : {pinned, managed, pooled, page}) {
+    EXPECT_EQ(api.cuMemGetAddressRange(&base, &size, p + 100), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_THAT(detail_of(*b), HasSubstr("not cuMemAlloc/cuMemAllocPitch memory"));
+  }
+  // The backend's checks read the range attributes: views inside each are accepted, views
+  // past each end refused, for memory of another library too.
+  auto other = detail::make_backend(b->state().driver);
+  for (const std::uint64_t p : {pinned, managed, pooled, page}) {
+    const PointerInfo info = other->pointer_info(p + 100);
+    EXPECT_EQ(info.alloc_base, p);
+    EXPECT_GE(info.alloc_size, 512u);
+    const std::int32_t v = 2;
+    other->fill_async(dense(p + 256, {64}, 4), &v, kLegacyDefaultStream);
+    EXPECT_THAT([&] { other->fill_async(dense(p + 256, {2000}, 4), &v, kLegacyDefaultStream); },
+                ThrowsCaiError(Errc::device_error, HasSubstr("runs past the end")));
+  }
+  other->synchronize();
+  b->host_unregister(page);
+  b->free(pooled);
+  b->free(device);
+  b->free(pinned);
+  b->free(managed);
+  b->synchronize();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Virtual-memory reservations.
+
+TEST(driver_fidelity, a_reservation_is_one_range_and_views_into_its_unmapped_parts_are_refused) {
+  auto b = detail::make_sim_backend();
+  const std::uint64_t p = sim::alloc_chunked(*b, 4096, 4);
+  // The range attributes span the whole reservation, as the driver reports it.
+  PointerInfo info = b->pointer_info(p + 5000);
+  EXPECT_EQ(info.kind, MemoryKind::device);
+  EXPECT_EQ(info.alloc_base, p);
+  EXPECT_EQ(info.alloc_size, 4u * 4096);
+  const std::int32_t v = 7;
+  b->fill_async(dense(p, {4096}, 4), &v, kLegacyDefaultStream);  // every chunk
+  // The third chunk unmapped: a hole the range attributes do not show.
+  sim::free_chunked(*b, p + 2 * 4096);
+  EXPECT_EQ(b->pointer_info(p + 5000).alloc_size, 4u * 4096);
+  EXPECT_EQ(b->pointer_info(p + 2 * 4096 + 8).kind, MemoryKind::unregistered);
+  b->fill_async(dense(p, {2048}, 4), &v, kLegacyDefaultStream);             // chunks 0 and 1
+  b->fill_async(dense(p + 3 * 4096, {1024}, 4), &v, kLegacyDefaultStream);  // chunk 3
+  EXPECT_THAT([&] { b->fill_async(dense(p + 4096, {2048}, 4), &v, kLegacyDefaultStream); },
+              ThrowsCaiError(Errc::device_error,
+                             HasSubstr("runs into an unmapped part of its reservation")));
+  EXPECT_THAT([&] { b->fill_async(dense(p, {4096}, 4), &v, kLegacyDefaultStream); },
+              ThrowsCaiError(Errc::device_error,
+                             HasSubstr("runs into an unmapped part of its reservation")));
+  EXPECT_THAT([&] { b->fill_async(dense(p + 3 * 4096, {1025}, 4), &v, kLegacyDefaultStream); },
+              ThrowsCaiError(Errc::device_error, HasSubstr("runs past the end")));
+  b->synchronize();
+  sim::free_chunked(*b, p);
+  EXPECT_EQ(b->pointer_info(p + 3 * 4096).kind, MemoryKind::unregistered);
 }
 
 }  // namespace

@@ -212,11 +212,12 @@ TEST_F(SimScaleTest, another_process_maps_the_memory_and_waits_for_the_event) {
     const std::uint64_t p = mine->ipc_open_memory(mh);
     if (p == d) return 1;  // another mapping, at another address in general
     if (mine->pointer_info(p).kind != MemoryKind::device) return 2;
+    // Pinned memory: a copy to pageable memory would wait for the stream before returning.
+    // Allocated first: cuMemAllocHost waits for the device, as on the driver.
+    const std::uint64_t seen = mine->alloc(MemoryKind::pinned_host, 16);
     const EventHandle ev = mine->ipc_open_event(eh);
     const StreamHandle cs = mine->stream_create(true);
     mine->stream_wait_event(cs, ev);
-    // Pinned memory: a copy to pageable memory would wait for the stream before returning.
-    const std::uint64_t seen = mine->alloc(MemoryKind::pinned_host, 16);
     mine->copy_async(seen, p, 16, cs);
     const bool waiting = !mine->stream_query(cs) && !mine->event_query(ev);
     const char c = waiting ? 'w' : 'x';
