@@ -13,8 +13,8 @@
 #include "cai/device/operations.h"
 
 /// Most dimensions a kernel takes after merge_dims (cai/core/strided.h), a fixed size so that
-/// the shape travels by value; at most cai::max_ndim (checked in src/device/backend/operations.cpp). A
-/// launch with more merged dims throws not_implemented.
+/// the shape travels by value; at most cai::max_ndim (checked in
+/// src/device/backend/operations.cpp). A launch with more merged dims throws not_implemented.
 #define CAI_CUDA_MAX_RANK 16
 /// Operand slots: out plus the most inputs of an elementwise operation.
 #define CAI_KERNEL_MAX_OPERANDS 3
@@ -113,7 +113,8 @@ constexpr int kernel_index(ElementwiseOp op, ElementType t, Variant v) noexcept 
 #define CAI_DETAIL_WIDTH_NAMES(kernel, bytes, log2) \
   CAI_KERNEL_VARIANTS(CAI_DETAIL_NAME, kernel, bytes)
 #define CAI_DETAIL_DATA_NAMES(ctx, kernel, operands) CAI_WORD_WIDTHS(CAI_DETAIL_WIDTH_NAMES, kernel)
-#define CAI_DETAIL_TYPE_NAMES(op, type, kind, value) CAI_KERNEL_VARIANTS(CAI_DETAIL_NAME, op, type)
+#define CAI_DETAIL_TYPE_NAMES(op, type, kind, extended, value) \
+  CAI_KERNEL_VARIANTS(CAI_DETAIL_NAME, op, type)
 #define CAI_DETAIL_OP_NAMES(ctx, op, inputs, summary) CAI_ELEMENT_TYPES(CAI_DETAIL_TYPE_NAMES, op)
 /// The entry names, indexed by kernel_index().
 inline constexpr std::string_view kernel_names[] = {
