@@ -137,17 +137,20 @@ class Operands {
 }  // namespace
 
 device::ElementType element_type(const DType& dtype, const char* entry) {
-  if (dtype.extended() == Extended::none && dtype.is_native() && !dtype.is_structured()) {
+  if (dtype.is_native() && !dtype.is_structured()) {
     const auto n = static_cast<std::size_t>(dtype.itemsize());
-#define CAI_DTYPE_CASE(ctx, name, dtype_kind, value) \
-  if (dtype.kind() == Kind::dtype_kind && n == sizeof(value)) return ElementType::name;
+#define CAI_DTYPE_CASE(ctx, name, dtype_kind, dtype_extended, value)                      \
+  if (dtype.extended() == Extended::dtype_extended && dtype.kind() == Kind::dtype_kind && \
+      n == sizeof(value))                                                                 \
+    return ElementType::name;
     CAI_ELEMENT_TYPES(CAI_DTYPE_CASE, _)
 #undef CAI_DTYPE_CASE
   }
   std::string why = dtype.is_native() ? "" : " (big-endian data must be byte-swapped first)";
-  throw_error(Errc::not_implemented, std::string(entry) + ": dtype " + dtype.str() +
+  throw_error(Errc::not_implemented, std::string(entry) + ": dtype " + dtype.display_name() +
                                          " is not supported; expected a native bool, integer, "
-                                         "float16/32/64 or complex64/128" +
+                                         "float16/32/64, complex64/128, bfloat16 or float8 "
+                                         "format" +
                                          why);
 }
 

@@ -19,7 +19,7 @@ std::string text(std::string_view where, std::string_view name) {
 }
 
 // supported() for every (operation, element type), from the functors.
-#define CAI_SUPPORTED_TYPE(op, type, kind, value) \
+#define CAI_SUPPORTED_TYPE(op, type, kind, extended, value) \
   kernels::supports<kernels::ops::op, value, info(ElementwiseOp::op).inputs>,
 #define CAI_SUPPORTED_OP(ctx, op, inputs, summary) {CAI_ELEMENT_TYPES(CAI_SUPPORTED_TYPE, op)},
 constexpr bool kSupported[elementwise_op_count][element_type_count] = {

@@ -115,3 +115,51 @@ def test_without_ml_dtypes_the_types_are_opaque_but_never_confused():
                          "dtype |V1 (float8_e5m2); the dtypes must be equal"), copy_line
     assert export_line.startswith("export: ") and "'|V1' is raw bytes" in export_line, export_line
     assert v2 == "|V2"
+
+
+# Issue 31 item 5: add on the device for bfloat16 and the float8 formats, computed in float32
+# and rounded once, as ml_dtypes rounds a float32 (checked bit for bit, NaN for NaN).
+ADD_NAMES = ["bfloat16", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
+             "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"]
+
+
+def same_or_both_nan(got, expected):
+    bits = np.uint8 if got.itemsize == 1 else np.uint16
+    same = got.view(bits) == expected.view(bits)
+    nan = np.isnan(got.astype(np.float32)) & np.isnan(expected.astype(np.float32))
+    bad = ~(same | nan)
+    assert not bad.any(), (got.view(bits)[bad][:8], expected.view(bits)[bad][:8])
+
+
+@pytest.mark.parametrize("name", ADD_NAMES)
+def test_add_computes_in_float32_and_rounds_once_like_ml_dtypes(name):
+    dt = np.dtype(getattr(ml_dtypes, name))
+    if dt.itemsize == 1:                      # every pair of bit patterns
+        a = np.repeat(np.arange(256, dtype=np.uint8), 256).view(dt)
+        b = np.tile(np.arange(256, dtype=np.uint8), 256).view(dt)
+    else:                                     # random bit patterns, NaNs and infs among them
+        rng = np.random.default_rng(31)
+        a = rng.integers(0, 1 << 16, 1 << 17, dtype=np.uint16).view(dt)
+        b = rng.integers(0, 1 << 16, 1 << 17, dtype=np.uint16).view(dt)
+        # Sums at the rounding boundaries: a halfway case each way and a carry into the exponent.
+        a[:3] = np.array([0x3f80, 0x3f81, 0x3fff], np.uint16).view(dt)
+        b[:3] = np.array([0x3b80, 0x3b80, 0x3b80], np.uint16).view(dt)
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = (a.astype(np.float32) + b.astype(np.float32)).astype(dt)
+    out = cai.device_array(a.shape, dt)
+    cai.ops.add(cai.to_device(a), cai.to_device(b), out)
+    same_or_both_nan(out.copy_to_host(), expected)
+    # Strided operands and an output that is an input.
+    x = cai.to_device(a.reshape(-1, 8))
+    cai.ops.add(x[:, ::2], cai.to_device(b.reshape(-1, 8))[:, 1::2], x[:, ::2])
+    with np.errstate(over="ignore", invalid="ignore"):
+        part = (a.reshape(-1, 8)[:, ::2].astype(np.float32) +
+                b.reshape(-1, 8)[:, 1::2].astype(np.float32)).astype(dt)
+    same_or_both_nan(x.copy_to_host()[:, ::2], part)
+
+
+@pytest.mark.parametrize("name", ["float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"])
+def test_add_refuses_the_sub_byte_floats_by_their_ml_dtypes_name(name):
+    a = cai.device_array(3, getattr(ml_dtypes, name))
+    with pytest.raises(NotImplementedError, match=rf"add\(\): dtype \|V1 \({name}\) is not "):
+        cai.ops.add(a, a, a)

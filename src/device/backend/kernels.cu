@@ -47,7 +47,7 @@ CAI_DATA_KERNELS(CAI_DATA_ENTRIES, _)
   __global__ void CAI_BOUNDS cai_##op##_##type##_##variant(KernelParams p) { \
     run_entry<CAI_ELEMENTWISE_BODY(op, type, variant), 1>(p);                \
   }
-#define CAI_ELEMENTWISE_TYPE_ENTRIES(op, type, kind, value) \
+#define CAI_ELEMENTWISE_TYPE_ENTRIES(op, type, kind, extended, value) \
   CAI_KERNEL_VARIANTS(CAI_ELEMENTWISE_ENTRY, op, type)
 #define CAI_ELEMENTWISE_ENTRIES(ctx, op, inputs, summary) \
   CAI_ELEMENT_TYPES(CAI_ELEMENTWISE_TYPE_ENTRIES, op)

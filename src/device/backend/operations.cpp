@@ -26,7 +26,7 @@ namespace {
 static_assert(CAI_CUDA_MAX_RANK <= max_ndim, "the kernels' rank limit is for merged dims");
 
 // The alignment each element type's kernel loads at (complex values load as two parts).
-#define CAI_ALIGNMENT(ctx, name, kind, value) alignof(value),
+#define CAI_ALIGNMENT(ctx, name, kind, extended, value) alignof(value),
 constexpr std::size_t kAlignment[] = {CAI_ELEMENT_TYPES(CAI_ALIGNMENT, _)};
 #undef CAI_ALIGNMENT
 

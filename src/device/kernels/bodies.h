@@ -177,10 +177,10 @@ struct ElementwiseBody {
 /// The value type of each element type, from the table.
 template <ElementType>
 struct element_value;
-#define CAI_DETAIL_VALUE(ctx, name, kind, value) \
-  template <>                                    \
-  struct element_value<ElementType::name> {      \
-    using type = value;                          \
+#define CAI_DETAIL_VALUE(ctx, name, kind, extended, value) \
+  template <>                                              \
+  struct element_value<ElementType::name> {                \
+    using type = value;                                    \
   };
 CAI_ELEMENT_TYPES(CAI_DETAIL_VALUE, _)
 #undef CAI_DETAIL_VALUE

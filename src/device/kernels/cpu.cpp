@@ -106,7 +106,7 @@ void cpu_fill(const Operand& dst, const void* value) {
 void cpu_elementwise(ElementwiseOp op, ElementType type, std::span<const Operand> operands) {
   if (operands.empty() || operands[0].layout.size() == 0) return;
   switch (kernel_index(op, type, Variant::strided64)) {  // one case per (op, type)
-#define CAI_TYPE_CASE(op, type, kind, value)                                   \
+#define CAI_TYPE_CASE(op, type, kind, extended, value)                         \
   case kernel_index(ElementwiseOp::op, ElementType::type, Variant::strided64): \
     return run_elementwise<ops::op, value, info(ElementwiseOp::op).inputs>(operands);
 #define CAI_OP_CASES(ctx, op, inputs, summary) CAI_ELEMENT_TYPES(CAI_TYPE_CASE, op)

@@ -56,7 +56,8 @@ inline bool run_grid(int index, const KernelParams& params, std::uint32_t grid,
     run_blocks<CAI_ELEMENTWISE_BODY(op, type, variant), 1>(params, grid, block_x, block_y, \
                                                            blocks);                        \
     return true;
-#define CAI_DETAIL_OP_TYPE(op, type, kind, value) CAI_KERNEL_VARIANTS(CAI_DETAIL_OP_CASE, op, type)
+#define CAI_DETAIL_OP_TYPE(op, type, kind, extended, value) \
+  CAI_KERNEL_VARIANTS(CAI_DETAIL_OP_CASE, op, type)
 #define CAI_DETAIL_OP(ctx, op, inputs, summary) CAI_ELEMENT_TYPES(CAI_DETAIL_OP_TYPE, op)
     CAI_ELEMENTWISE_OPS(CAI_DETAIL_OP, _)
 #undef CAI_DETAIL_DATA_CASE

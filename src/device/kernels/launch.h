@@ -113,7 +113,8 @@ constexpr int kernel_index(ElementwiseOp op, ElementType t, Variant v) noexcept 
 #define CAI_DETAIL_WIDTH_NAMES(kernel, bytes, log2) \
   CAI_KERNEL_VARIANTS(CAI_DETAIL_NAME, kernel, bytes)
 #define CAI_DETAIL_DATA_NAMES(ctx, kernel, operands) CAI_WORD_WIDTHS(CAI_DETAIL_WIDTH_NAMES, kernel)
-#define CAI_DETAIL_TYPE_NAMES(op, type, kind, value) CAI_KERNEL_VARIANTS(CAI_DETAIL_NAME, op, type)
+#define CAI_DETAIL_TYPE_NAMES(op, type, kind, extended, value) \
+  CAI_KERNEL_VARIANTS(CAI_DETAIL_NAME, op, type)
 #define CAI_DETAIL_OP_NAMES(ctx, op, inputs, summary) CAI_ELEMENT_TYPES(CAI_DETAIL_TYPE_NAMES, op)
 /// The entry names, indexed by kernel_index().
 inline constexpr std::string_view kernel_names[] = {

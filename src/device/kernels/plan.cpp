@@ -181,7 +181,7 @@ LaunchPlan plan_elementwise(std::string_view where, ElementwiseOp op, ElementTyp
   for (std::uint64_t ptr : ptrs) aligned = aligned && ptr % 16 == 0;
   if (dense_1d(dims, size) && aligned) {
     // vector_lanes elements per thread (bodies.h), by element type.
-#define CAI_DETAIL_LANES(ctx, name, kind, value) vector_lanes<value>,
+#define CAI_DETAIL_LANES(ctx, name, kind, extended, value) vector_lanes<value>,
     constexpr int lanes_of[] = {CAI_ELEMENT_TYPES(CAI_DETAIL_LANES, _)};
 #undef CAI_DETAIL_LANES
     const auto lanes = static_cast<std::uint64_t>(lanes_of[static_cast<int>(type)]);

@@ -50,7 +50,8 @@ inline void run_on_cpu(const LaunchPlan& plan, const std::vector<std::uint32_t>&
 #define CAI_TEST_OP_CASE(op, type, variant)                                  \
   case kernel_index(ElementwiseOp::op, ElementType::type, Variant::variant): \
     return run_blocks<CAI_ELEMENTWISE_BODY(op, type, variant), 1>(plan, blocks);
-#define CAI_TEST_OP_TYPE(op, type, kind, value) CAI_KERNEL_VARIANTS(CAI_TEST_OP_CASE, op, type)
+#define CAI_TEST_OP_TYPE(op, type, kind, extended, value) \
+  CAI_KERNEL_VARIANTS(CAI_TEST_OP_CASE, op, type)
 #define CAI_TEST_OP(ctx, op, inputs, summary) CAI_ELEMENT_TYPES(CAI_TEST_OP_TYPE, op)
     CAI_ELEMENTWISE_OPS(CAI_TEST_OP, _)
 #undef CAI_TEST_DATA_CASE
