@@ -1,5 +1,5 @@
 """The wheel (docs/packaging.md): `pip wheel .` builds it, it carries the extension, its stubs,
-py.typed, the C++ package and the licence, its metadata is complete and its description renders
+py.typed, the C++ package, the simulated driver and the licence, its metadata is complete and its description renders
 as PyPI renders it, and auditwheel repairs it into a manylinux wheel."""
 
 import email.parser
@@ -45,6 +45,9 @@ def test_wheel_name_and_contents(wheel):
                      f"cai_interop-{cai.__version__}.dist-info/licenses/LICENSE"):
         assert expected in names, expected
     assert any(re.fullmatch(r"cai/_cai\..*\.so", n) for n in names)
+    # The simulated driver, alone in its folder (that folder goes on LD_LIBRARY_PATH).
+    assert [n for n in names if n.startswith("cai/_sim_driver/")] == [
+        "cai/_sim_driver/libcuda.so.1"]
 
 
 def metadata(wheel):
