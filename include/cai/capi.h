@@ -151,8 +151,9 @@ typedef struct CaiHostTask {
    *  with the CAI v3 import rules, and checks it against `request` (NULL: no check) with the   \
    *  typed-view rule of docs/cpp-typed-view.md; `entry` starts the messages. Returns 0 and     \
    *  fills `out` (and the request->ndim `element_strides`, if not NULL) when it fits; 1 when   \
-   *  obj is a GPU array that does not fit, with a TypeError set that says why (none with       \
-   *  CAI_IMPORT_QUIET in `options`); -1 with the exception set when obj cannot be imported.    \
+   *  obj is a GPU array that does not fit, or (with a request) a host array, with a TypeError   \
+   *  set that says why (none with CAI_IMPORT_QUIET in `options`); -1 with the exception set    \
+   *  when obj cannot be imported.                                                              \
    *  Allocation-free for a cai array that fits. */                                             \
   X(int, import_array,                                                                          \
     (PyObject * obj, const CaiArrayRequest* request, const char* entry, uint32_t options,       \

@@ -19,6 +19,7 @@
 #include "cai/arrays/typed_view.h"
 #include "cai/device/simulator.h"
 #include "cai/version.h"
+#include "convert.h"
 #include "errors.h"
 #include "interface.h"
 #include "streams.h"
@@ -124,6 +125,30 @@ void describe(PyArray& a, nb::object obj, CaiArrayInfo& out) {
   out.array = reinterpret_cast<CaiArray*>(obj.release().ptr());
 }
 
+// Whether obj is an array in host memory (DLPack's CPU device): what the typed import refuses
+// with a message of its own rather than as "not an array". Asked only after an import failed.
+bool in_host_memory(nb::handle obj) {
+  try {
+    if (!nb::hasattr(obj, "__dlpack_device__")) return false;
+    nb::tuple device = nb::cast<nb::tuple>(obj.attr("__dlpack_device__")());
+    return device.size() == 2 && nb::cast<int>(device[0]) == 1;  // kDLCPU
+  } catch (...) {
+    return false;  // the import's own error is the one reported
+  }
+}
+
+std::string host_memory_message(nb::handle obj, const char* who) {
+  std::string what = type_name_of(obj);
+  nb::object dtype = nb::getattr(obj, "dtype", nb::none());
+  nb::object text = nb::steal(dtype.is_none() ? nullptr : PyObject_Str(dtype.ptr()));
+  const char* name = text.is_valid() ? PyUnicode_AsUTF8(text.ptr()) : nullptr;
+  if (name) what += std::string(" of ") + name;
+  PyErr_Clear();  // a dtype without a text is left out
+  return std::string(who) + ": got a " + what +
+         " in host memory; this argument takes GPU arrays and copies nothing to the device "
+         "implicitly: copy it first (cai.to_device(x))";
+}
+
 // The C API's import, the caster's per-argument path: a cai array that fits is a type check,
 // a check of its inline fields against the cached spec and a struct filled in; a foreign one is
 // imported as by cai.as_cuda_array, its producer's stream ordered after only once it fits.
@@ -137,7 +162,22 @@ int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char*
     nb::handle h(obj);
     std::optional<device::StreamHandle> producer;
     PyArray* ours = as_py_array(h);
-    nb::object array = ours ? nb::borrow(h) : import_array(h, true, who, &producer);
+    nb::object array;
+    if (ours) {
+      array = nb::borrow(h);
+    } else {
+      try {
+        array = import_array(h, true, who, &producer);
+      } catch (...) {
+        // A host array is an array that does not fit (the caster's second pass says why),
+        // not "no array" (nanobind's generic message).
+        if (!request || !in_host_memory(h)) throw;
+        fits = 1;
+        if (!(options & CAI_IMPORT_QUIET))
+          PyErr_SetString(PyExc_TypeError, host_memory_message(h, who).c_str());
+        return;
+      }
+    }
     PyArray& a = ours ? *ours : *as_py_array(array);
     if (request && fitted(a, *request, element_strides)) {
       // The array passed this very request before: its answer is kept (the layout, dtype and

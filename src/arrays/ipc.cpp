@@ -13,6 +13,7 @@
 #include "cai/arrays/devices.h"
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
+#include "cai/core/strided.h"
 #include "cai/sync/ordering.h"
 #include "device/shared_memory.h"
 
@@ -25,7 +26,7 @@ using device::detail::SharedMapping;
 
 // The control segment of a process that shares memory: a header, one slot per export (its
 // reference count), then the ticket cells (ipc_tickets.h).
-constexpr std::uint64_t kControlMagic = 0x32304c5254434941;  // "AICTRL02"
+constexpr std::uint64_t kControlMagic = 0x33304c5254434941;  // "AICTRL03"
 constexpr std::size_t kHeaderBytes = 4096;
 constexpr std::uint32_t kSlots = 65536;
 constexpr std::uint64_t kCells = std::uint64_t{1} << 20;
@@ -369,6 +370,14 @@ static IpcArrayHandle export_unmasked(const View& v) {
   return h;
 }
 
+// What a handle's array reaches of its allocation: checked against its ticket's grant, so that
+// changed array fields (a larger shape, another offset, writable) open nothing more.
+static detail::TicketGrant grant_of(const IpcArrayHandle& h) {
+  const auto range = byte_range(h.offset, h.shape, h.strides, h.dtype.itemsize());
+  if (!range) return {~std::uint64_t{0}, ~std::uint64_t{0}, h.readonly};  // grants nothing
+  return {range->lo, range->hi, h.readonly};
+}
+
 static IpcArrayHandle issue_unmasked(const IpcArrayHandle& h) {
   constexpr const char* where = "IpcHandle (sending)";
   IpcArrayHandle out = h;
@@ -377,8 +386,8 @@ static IpcArrayHandle issue_unmasked(const IpcArrayHandle& h) {
   require_slot(h, *control, where);
   // The reference first: the exporter must never see the slot unused while a ticket is made.
   slot_of(*control, h.slot).refs.fetch_add(1);
-  const std::uint64_t t =
-      detail::issue_ticket(header_of(*control).next_ticket, cells_of(*control), h.slot);
+  const std::uint64_t t = detail::issue_ticket(header_of(*control).next_ticket, cells_of(*control),
+                                               h.slot, grant_of(h));
   if (t == 0) {
     slot_of(*control, h.slot).refs.fetch_sub(1);
     throw_error(Errc::value_error, std::string(where) + ": " + std::to_string(kCells) +
@@ -457,7 +466,8 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
                                          ": this handle was opened in this process already; a "
                                          "handle opens once (send another for another array)");
     }
-    if (!detail::use_ticket(cells_of(*control), h.ticket, h.slot)) {
+    const detail::TicketGrant wanted = grant_of(h);
+    if (!detail::use_ticket(cells_of(*control), h.ticket, h.slot, &wanted)) {
       if (detail::ticket_was_used(cells_of(*control), h.ticket)) {
         throw_error(Errc::value_error, std::string(where) +
                                            ": this handle was opened (or given back) already, "
@@ -467,8 +477,9 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
       throw_error(Errc::value_error, std::string(where) + ": ticket " + std::to_string(h.ticket) +
                                          " was not issued by process " +
                                          std::to_string(h.owner_pid) +
-                                         " for this memory (or was used long ago); the handle is "
-                                         "corrupt");
+                                         " for this memory and this array (its offset, shape, "
+                                         "strides, dtype and read-only flag), or was used long "
+                                         "ago; the handle is corrupt");
     }
     st.opened.insert(key);
     lease = std::make_shared<Lease>();

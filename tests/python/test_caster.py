@@ -97,8 +97,15 @@ def test_masks_refused_unless_allowed(probe):
 def test_non_arrays_get_nanobinds_error(probe):
     with pytest.raises(TypeError, match="incompatible function arguments"):
         probe.any_f32_2d([[1.0]])
-    with pytest.raises(TypeError, match="incompatible function arguments"):
-        probe.any_f32_2d(np.zeros((2, 2), np.float32))  # host memory, no device copy
+
+
+def test_host_arrays_are_refused_naming_host_memory_and_the_dtype(probe):
+    # host memory, no implicit device copy: the message says so, with the type and dtype
+    with pytest.raises(TypeError, match=r"cai.array\[float32, ndim=2\]: got a numpy.ndarray of "
+                       r"float32 in host memory.*cai.to_device"):
+        probe.any_f32_2d(np.zeros((2, 2), np.float32))
+    with pytest.raises(TypeError, match="numpy.ndarray of int64 in host memory"):
+        probe.any_f32_2d(np.zeros((2, 2), np.int64))
 
 
 def test_overloads_pick_the_fitting_one(probe):

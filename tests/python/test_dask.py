@@ -106,8 +106,9 @@ def test_two_worker_cluster_moves_arrays_between_processes():
         used = client.submit(_consume, made, workers=[second], pure=False)
         pid, result = used.result(timeout=60)
         worker_pids = client.run(lambda: __import__("os").getpid())
+        # Made in one process, used in the other: it moved (whether the second worker keeps
+        # its replica afterwards is Dask's choice, so who_has is not asked).
         assert pid == worker_pids[second] != worker_pids[first]
-        assert set(client.who_has(made)[made.key]) == {first, second}  # it moved
         assert isinstance(result, cai.DeviceNDArray)               # the client gets a cai array
         np.testing.assert_array_equal(result.copy_to_host(), 2 * np.arange(1000.0))
         gathered = client.gather(made)

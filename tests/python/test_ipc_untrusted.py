@@ -111,6 +111,31 @@ def test_another_process_refuses_every_corrupt_field(child, pos, value):
     child.recv()
 
 
+@pytest.mark.parametrize("changes", [{"shape": (8192,), "alloc_size": 2**21},
+                                     {"offset": 4096, "alloc_size": 2**21}],
+                         ids=["larger-shape", "other-offset"])
+def test_a_genuine_ticket_opens_only_the_array_it_was_issued_for(child, changes):
+    """The driver maps the whole 2 MiB block of a small allocation: a handle that keeps its
+    genuine ticket but names more of the block (a larger shape or another offset, the
+    allocation size raised to match) must not reach the rest of the exporter's block."""
+    a = cai.to_device(np.arange(8.0))
+    rebuild, genuine = forge(a.get_ipc_handle())
+    fields = list(genuine)
+    for name, value in changes.items():
+        fields[globals()[name.upper()]] = value
+    tag, *error = _open_error(child, rebuild, fields)
+    assert tag == "raised" and error[0] == "ValueError", (tag, error)
+    assert "was not issued by process" in error[1] and "this array" in error[1], error[1]
+    # A genuine handle still opens, and reaches the array only.
+    rebuild, fresh = forge(a.get_ipc_handle())
+    child.send("open", pickle.dumps(Raw(rebuild, fresh)), "a")
+    assert child.recv()[0] == "opened"
+    child.send("values", "a")
+    assert child.recv()[1].tolist() == list(range(8))
+    child.send("drop", "a")
+    child.recv()
+
+
 def test_a_ticket_never_issued_gives_back_nothing(child):
     """Item 7: a handle whose ticket was never issued gave back a reference it never held, so
     the exporter freed memory an importer still mapped."""
@@ -148,7 +173,7 @@ def test_a_handle_reaches_only_what_was_shared(child):
     h = a[8:16].get_ipc_handle()
     cases = [
         ({OFFSET: 64}, "reaches outside its allocation"),
-        ({OFFSET: 4096, ALLOC_SIZE: 8192}, "the memory shared has 64"),
+        ({OFFSET: 4096, ALLOC_SIZE: 8192}, "not issued by process"),  # not its ticket's array
         ({ALLOC_SIZE: 1 << 34}, "the memory shared has 64"),
         ({SHAPE: (1 << 20,), STRIDES: (1,)}, "reaches outside its allocation"),
     ]

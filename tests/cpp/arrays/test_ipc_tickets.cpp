@@ -35,6 +35,24 @@ TEST(ipc_tickets, a_ticket_is_used_once_and_only_for_its_slot) {
   EXPECT_FALSE(use_ticket(t.span(), a, 7));  // a replay
 }
 
+TEST(ipc_tickets, a_ticket_opens_only_the_bytes_and_access_it_grants) {
+  Table t;
+  const std::uint64_t a = issue_ticket(t.next, t.span(), 3, {64, 128, true});
+  ASSERT_NE(a, 0u);
+  const TicketGrant past_end{64, 129, true}, before_start{0, 128, true}, writable{64, 128, false},
+      issued{64, 128, true}, inside{80, 96, true};
+  EXPECT_FALSE(use_ticket(t.span(), a, 3, &past_end));
+  EXPECT_FALSE(use_ticket(t.span(), a, 3, &before_start));
+  EXPECT_FALSE(use_ticket(t.span(), a, 3, &writable));
+  EXPECT_FALSE(ticket_was_used(t.span(), a));  // refusals use nothing
+  EXPECT_TRUE(use_ticket(t.span(), a, 3, &issued));
+  // A part of what it grants opens too; giving back asks no grant.
+  const std::uint64_t b = issue_ticket(t.next, t.span(), 3, {64, 128, true});
+  EXPECT_TRUE(use_ticket(t.span(), b, 3, &inside));
+  const std::uint64_t c = issue_ticket(t.next, t.span(), 3, {64, 128, true});
+  EXPECT_TRUE(use_ticket(t.span(), c, 3));
+}
+
 TEST(ipc_tickets, cells_are_reused_and_numbers_never_are) {
   Table t;
   std::set<std::uint64_t> seen;
