@@ -89,3 +89,44 @@ def test_a_missing_driver_is_named_with_the_places_tried(tmp_path, monkeypatch):
     monkeypatch.setenv("CAI_SIM_DRIVER", str(missing))
     with pytest.raises(cai.DeviceError, match=r"not found \(tried .*libcuda.so.1 \(CAI_SIM_DRIVER\)"):
         cai.sim.driver_path()
+
+
+def test_the_soname_reader_reads_a_known_library():
+    # elf_soname is this file's own code: it must read the SONAME of a library whose name is
+    # known, so a reader that returns the wrong string fails here, not only by chance above.
+    places = ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6",
+              "/lib64/libc.so.6")
+    libc = next((p for p in places if os.path.isfile(p)), None)
+    if libc is None:
+        pytest.skip("no libc.so.6 at a known place")
+    assert elf_soname(libc) == "libc.so.6"
+
+
+def test_without_its_folder_on_the_path_no_process_finds_it(tmp_path):
+    """The control of test_a_process_finds_it_through_ld_library_path: an empty folder there
+    gives no libcuda.so.1 (skipped on a machine whose loader finds a driver of its own)."""
+    code = textwrap.dedent("""
+        import ctypes
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            print("missing")
+        else:
+            print("sim" if hasattr(lib, "caiSimGetErrorDetail") else "other")
+        """)
+    env = {k: v for k, v in os.environ.items() if k != "CAI_SIM_DRIVER"}
+    env["LD_LIBRARY_PATH"] = str(tmp_path)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    if r.stdout.strip() == "other":
+        pytest.skip("this machine has a libcuda.so.1 of its own")
+    assert r.stdout.strip() == "missing"
+
+
+def test_cai_sim_driver_names_the_library_used(tmp_path):
+    # CAI_SIM_DRIVER is obeyed, not only named in the error: a copy elsewhere is the one printed.
+    copy = tmp_path / "libcuda.so.1"
+    copy.write_bytes(pathlib.Path(cai.sim.driver_path()).read_bytes())
+    r = sim_driver_dir(CAI_SIM_DRIVER=str(copy))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"{tmp_path}\n"
