@@ -42,8 +42,11 @@ std::vector<T> add(ElementType type, std::vector<T> a, std::vector<T> b) {
 }
 
 TEST(cpu_kernels, table) {
-  EXPECT_EQ(element_type_count, 14);
+  EXPECT_EQ(element_type_count, 23);  // 14 NumPy types, bfloat16 and 8 float8 formats
   EXPECT_EQ(info(ElementType::c128).name, "c128");
+  EXPECT_EQ(info(ElementType::bf16).name, "bf16");
+  EXPECT_EQ(element_size(ElementType::bf16), 2u);
+  EXPECT_EQ(element_size(ElementType::f8e8m0fnu), 1u);
   EXPECT_EQ(info(ElementType::f16).name, "f16");
   EXPECT_EQ(element_size(ElementType::f16), 2u);
   EXPECT_EQ(element_size(ElementType::c128), 16u);
