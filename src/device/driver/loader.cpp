@@ -1,7 +1,7 @@
 // Loading a driver's entry points: the same steps for libcuda.so.1 and for the simulator.
 
 #include <dlfcn.h>
-#include <unistd.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 
@@ -147,8 +147,10 @@ std::shared_ptr<const Driver> failed(std::string name, std::string error) {
   return d;
 }
 
-bool exists(const std::string& path) {
-  return ::access(path.c_str(), F_OK) == 0;
+// A regular file (or a link to one): dlopen of a folder fails later with a vaguer message.
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 }  // namespace
@@ -174,7 +176,7 @@ std::shared_ptr<const Driver> libcuda() {
 std::string sim_driver_path(std::string* tried) {
   std::string places;
   auto found = [&](std::string path) -> std::string {
-    if (exists(path)) return path;
+    if (is_file(path)) return path;
     places += (places.empty() ? "" : ", ") + path;
     return {};
   };

@@ -227,6 +227,9 @@ TEST(driver_loader, the_simulated_driver_path_names_the_places_tried) {
   std::string tried;
   EXPECT_EQ(sim_driver_path(&tried), "");
   EXPECT_EQ(tried, "/nonexistent/libcuda.so.1 (CAI_SIM_DRIVER)");
+  ::setenv("CAI_SIM_DRIVER", "/tmp", 1);  // a folder is not a library
+  EXPECT_EQ(sim_driver_path(&tried), "");
+  EXPECT_EQ(tried, "/tmp (CAI_SIM_DRIVER)");
   if (saved != nullptr) {
     ::setenv("CAI_SIM_DRIVER", keep.c_str(), 1);
     EXPECT_EQ(sim_driver_path(), keep);
