@@ -861,6 +861,27 @@ void bind_array(nb::module_& m) {
         "A new array in page-locked host memory mapped into the device: a device array, and "
         "through np.asarray(a) a NumPy array of the same memory (after the work queued on it). "
         "DLPack: kDLCUDAHost.");
+  m.def("_host_array_view", exit_safe([](nb::handle owner, nb::handle desc, nb::handle dtype) {
+          // A NumPy view of a managed or mapped array, as a device array of the same bytes
+          // that shares the owner's streams (cai.MappedNDArray, cai.ManagedNDArray).
+          constexpr const char* entry = "__cuda_array_interface__";
+          PyArray* o = as_py_array(owner, entry);
+          if (!o) throw_error(Errc::type_error, "_host_array_view(): owner must be a cai array");
+          const View& whole = o->view();
+          View part = view_from_interface(desc, nb::none(), false, entry);
+          const auto outer = whole.layout().byte_range(whole.ptr());
+          const auto inner = part.layout().byte_range(part.ptr());
+          if (part.size() != 0 &&
+              (!outer || !inner || inner->lo < outer->lo || inner->hi > outer->hi))
+            throw_error(Errc::value_error,
+                        "__cuda_array_interface__: the NumPy view's bytes lie outside the "
+                        "memory of its managed or mapped array");
+          // NumPy's dtype, not the typestr: ml_dtypes types are '<V2' there.
+          return wrap(View(part.ptr(), dtype_from_numpy(dtype, entry), part.layout(),
+                           part.readonly(), whole.sync(), whole.owner()),
+                      nb::borrow(dtype));
+        }),
+        nb::arg("owner"), nb::arg("desc"), nb::arg("dtype"));
   m.def(
       "_host_register",
       [](std::uint64_t ptr, std::size_t bytes) {

@@ -214,6 +214,13 @@ void bind_device(nb::module_& m) {
           nb::arg("stream"), nb::arg("seconds"),
           "Enqueues a pause on `stream`: later work on it starts that much later; the host does "
           "not wait.");
+  sim.def("host_access", exit_safe([](std::uint64_t ptr, std::size_t nbytes, bool write) {
+            device::sim::host_access(ptr, nbytes, write);
+          }),
+          nb::arg("ptr"), nb::arg("nbytes"), nb::arg("write") = false,
+          "Declares that the host reads (or writes) these bytes now: a RaceError when device "
+          "work on them is not yet ordered before the host (a synchronize), as when NumPy "
+          "reads a managed or mapped array too early.");
   sim.def(
       "set_race_detection", [](bool on) { device::sim::set_race_detection(on); }, nb::arg("on"));
   sim.def("race_detection", [] { return device::sim::race_detection(); });

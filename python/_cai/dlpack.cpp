@@ -32,6 +32,7 @@
 #include "cai/core/error.h"
 #include "errors.h"
 #include "fastcall.h"
+#include "interface.h"
 #include "streams.h"
 
 namespace cai::python {
@@ -710,6 +711,8 @@ nb::object from_dlpack_call(PyObject* const* args, Py_ssize_t nargs, PyObject* k
   nb::handle obj = in[0], device = in[1];
   std::optional<bool> copy;
   if (in[2] != Py_None) copy = read_bool(in[2], entry, "copy");
+  nb::object host_array = host_array_device_view(obj);  // cai.MappedNDArray, ManagedNDArray
+  if (host_array.is_valid()) obj = host_array;
   PyArray* ours = as_py_array(obj, entry);
   if (device.is_none()) {
     if (ours && copy != true) return nb::borrow(obj);

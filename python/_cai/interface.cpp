@@ -389,6 +389,19 @@ PyArray* tile_array(nb::handle obj) {
   return as_py_array(nb::getattr(obj, "_data"));
 }
 
+PyObject* g_host_array_type = nullptr;  // cai._mapped's base class, set when it is imported
+
+}  // namespace
+
+nb::object host_array_device_view(nb::handle obj) {
+  if (g_host_array_type == nullptr ||
+      !PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject*>(g_host_array_type)))
+    return {};
+  return obj.attr("_device_array")();
+}
+
+namespace {
+
 // obj.__cuda_array_interface__, or an invalid object when obj has none.
 nb::object interface_of(nb::handle obj) {
   PyObject* desc = call_python([&] { return PyObject_GetAttr(obj.ptr(), keys().cai); });
@@ -412,6 +425,7 @@ nb::object import_array(nb::handle obj, bool sync, const char* entry,
                         std::optional<device::StreamHandle>* deferred) {
   if (as_py_array(obj, entry)) return nb::borrow(obj);
   if (PyArray* a = tile_array(obj)) return wrap(a->view());
+  if (nb::object dev = host_array_device_view(obj); dev.is_valid()) return dev;
   nb::object desc = interface_of(obj);
   if (!desc.is_valid()) {
     // No CAI: DLPack is the other road onto the device.
@@ -464,6 +478,10 @@ ViewArg::ViewArg(nb::handle obj, bool sync, const char* entry,
   }
   if (PyArray* a = tile_array(obj)) {
     view_ = &a->view();
+    return;
+  }
+  if ((held_ = host_array_device_view(obj)).is_valid()) {
+    view_ = &as_py_array(held_)->view();
     return;
   }
   nb::object desc = interface_of(obj);
@@ -629,6 +647,10 @@ void bind_interface(nb::module_& m) {
         }),
         nb::arg("desc").none(), nb::arg("owner").none() = nb::none(), nb::arg("sync") = true,
         "A DeviceNDArray from a CAI dict; keeps `owner` alive if given.");
+  m.def(
+      "_register_host_array_type",
+      [](nb::handle type) { g_host_array_type = nb::borrow(type).release().ptr(); },
+      nb::arg("type"), "cai._mapped registers the base class of MappedNDArray, ManagedNDArray.");
   m.def("is_cuda_array", exit_safe([](nb::handle obj) {
           return as_py_array(obj, "is_cuda_array()") != nullptr ||
                  nb::hasattr(obj, "__cuda_array_interface__");

@@ -23,6 +23,10 @@ namespace cai::python {
 nb::object import_array(nb::handle obj, bool sync, const char* entry,
                         std::optional<device::StreamHandle>* deferred = nullptr);
 
+/// A cai.MappedNDArray or cai.ManagedNDArray as a DeviceNDArray of its own bytes, sharing the
+/// streams of its memory's array; an invalid object for anything else.
+nb::object host_array_device_view(nb::handle obj);
+
 /// The same from a CAI dict, whose memory `owner` (may be None) keeps alive.
 nb::object import_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry,
                             std::optional<device::StreamHandle>* deferred = nullptr);

@@ -1,7 +1,8 @@
 """cai: the CUDA Array Interface and DLPack, zero-copy, stream-correct and cheap per call.
 
 Arrays: device_array, device_array_like, to_device, DeviceNDArray; in memory the host reaches
-too: managed_array, mapped_array, pinned_array, and pinned(*arrays) for NumPy arrays.
+too: managed_array, mapped_array (NumPy arrays: ManagedNDArray, MappedNDArray), pinned_array,
+and pinned(*arrays) for NumPy arrays.
 Import: as_cuda_array, from_cuda_array_interface, is_cuda_array, from_dlpack.
 Tile-style global array: Array (DLPack or CAI in, both out, element strides, slice).
 Streams and events: stream, default_stream, legacy_default_stream, per_thread_default_stream,
@@ -39,8 +40,6 @@ from ._cai import (
     ipc_collect,
     is_cuda_array,
     legacy_default_stream,
-    managed_array,
-    mapped_array,
     per_thread_default_stream,
     reset_device_call_counts,
     stream,
@@ -58,7 +57,7 @@ from ._info import show_config
 from ._tile import Array
 from ._trace import WaitTrace, trace_waits
 from ._devices import detect, gpus, select_device
-from ._host import pinned, pinned_array
+from ._host import managed_array, mapped_array, pinned, pinned_array
 from ._allocator import get_allocator, set_allocator
 from ._numba_api import (  # Numba's host API (docs/python.md, "Numba's host API")
     close,
@@ -93,9 +92,18 @@ __all__ = [
     "to_device", "trace_waits", "WaitTrace",
     "Device", "current_device", "device_count", "IpcHandle", "ipc_collect",
     "device_call_counts", "reset_device_call_counts", "select_device", "gpus", "detect",
-    "typing", "array", "managed_array", "mapped_array", "pinned_array", "pinned",
+    "typing", "array", "managed_array", "mapped_array", "ManagedNDArray", "MappedNDArray",
+    "pinned_array", "pinned",
     "set_allocator", "get_allocator",
     "close", "current_context", "defer_cleanup", "event_elapsed_time", "get_current_device",
     "is_available", "list_devices", "mapped", "mapped_array_like", "pinned_array_like",
     "profile_start", "profile_stop", "profiling", "HostFallbackWarning",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # NumPy subclasses, defined once NumPy is wanted: `import cai` does not load NumPy.
+    if name in ("ManagedNDArray", "MappedNDArray"):
+        from . import _mapped
+        return getattr(_mapped, name)
+    raise AttributeError(f"module 'cai' has no attribute {name!r}")

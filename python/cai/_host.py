@@ -73,6 +73,29 @@ def host_view(array: DeviceNDArray, interface: dict[str, Any],
     return out if out.dtype == dtype else out.view(dtype)
 
 
+def managed_array(shape: Any, dtype: Any = float, strides: Any = None,
+                  order: Literal["C", "F"] = "C", stream: Any = 0,
+                  attach_global: bool = True) -> Any:
+    """A new cai.ManagedNDArray (as numba.cuda.managed_array): a NumPy array in managed
+    (unified) memory that device code reaches through __cuda_array_interface__ (kDLCUDAManaged
+    through DLPack). The host does not wait: synchronize before reading what the device wrote."""
+    from . import _mapped
+
+    return _mapped.managed_array(shape, dtype, strides, order, stream, attach_global)
+
+
+def mapped_array(shape: Any, dtype: Any = float, strides: Any = None,
+                 order: Literal["C", "F"] = "C", stream: Any = 0, portable: bool = False,
+                 wc: bool = False) -> Any:
+    """A new cai.MappedNDArray (as numba.cuda.mapped_array): a NumPy array in page-locked host
+    memory mapped into the device, which device code reaches through __cuda_array_interface__
+    (kDLCUDAHost through DLPack). The host does not wait: synchronize before reading what the
+    device wrote."""
+    from . import _mapped
+
+    return _mapped.mapped_array(shape, dtype, strides, order, stream, portable, wc)
+
+
 def pinned_array(shape: Any, dtype: Any = float, strides: Any = None,
                  order: Literal["C", "F"] = "C") -> "numpy.ndarray[Any, Any]":
     """A NumPy array in page-locked host memory (as numba.cuda.pinned_array): copies between

@@ -132,10 +132,12 @@ def _like(ary: Any, entry: str) -> tuple[tuple[int, ...], Any, Literal["C", "F"]
 
 
 def mapped_array_like(ary: Any, stream: Any = 0, portable: bool = False,
-                      wc: bool = False) -> DeviceNDArray:
-    """cai.mapped_array() with the shape, dtype and order (C or F) of `ary`."""
+                      wc: bool = False) -> Any:
+    """cai.mapped_array() (a cai.MappedNDArray) with the shape, dtype and order (C or F) of `ary`."""
     shape, dtype, order = _like(ary, "mapped_array_like()")
-    return _cai.mapped_array(shape, dtype, order=order, stream=stream, portable=portable, wc=wc)
+    from ._host import mapped_array
+
+    return mapped_array(shape, dtype, order=order, stream=stream, portable=portable, wc=wc)
 
 
 def pinned_array_like(ary: Any) -> "numpy.ndarray[Any, Any]":

@@ -1,5 +1,6 @@
 """Memory the host reaches, and asynchronous host copies (docs/python.md, "Host memory"):
-managed_array, mapped_array, pinned_array and pinned(*arrays) as Numba has them; copies with a
+managed_array, mapped_array (NumPy arrays that export __cuda_array_interface__), pinned_array
+and pinned(*arrays) as Numba has them; copies with a
 stream and page-locked host memory are queued without the host waiting, copies with pageable
 memory finish before the call returns (the driver's documented behaviour), and stream=0 always
 waits. Asynchrony is shown with cai.sim.hold, cai.sim.delay and stream.query(), never with the
@@ -48,28 +49,150 @@ def let_go(stream, later=False):
         gate.release()
 
 
-@pytest.mark.parametrize("make,device_type", [(cai.managed_array, kDLCUDAManaged),
-                                              (cai.mapped_array, kDLCUDAHost)])
-def test_device_arrays_the_host_reads_in_place(make, device_type):
+MAKERS = [pytest.param(cai.managed_array, kDLCUDAManaged, id="managed"),
+          pytest.param(cai.mapped_array, kDLCUDAHost, id="mapped")]
+
+
+@pytest.mark.parametrize("make,device_type", MAKERS)
+def test_managed_and_mapped_arrays_are_numpy_arrays(make, device_type):
     a = make((2, 3), dtype=np.float32)
-    assert isinstance(a, cai.DeviceNDArray)
+    assert isinstance(a, np.ndarray) and not isinstance(a, cai.DeviceNDArray)
+    assert type(a) is (cai.ManagedNDArray if make is cai.managed_array else cai.MappedNDArray)
+    a[...] = np.arange(6).reshape(2, 3)
+    assert a.sum() == 15 and type(a.sum()) is np.float32
+    assert "[[0. 1. 2.]" in str(a) and repr(a).startswith(type(a).__name__)
     assert a.__dlpack_device__()[0] == device_type
-    cai.ops.fill(a, 2.5)
-    host = np.asarray(a)  # waits for the fill, then views the same memory
-    np.testing.assert_array_equal(host, np.full((2, 3), 2.5, np.float32))
-    host[1, 2] = 7
-    assert a.copy_to_host()[1, 2] == 7  # one memory
-    assert np.asarray(a, copy=False).ctypes.data == a.ptr
-    assert np.array(a, copy=True).ctypes.data != a.ptr
-    assert np.asarray(a, dtype=np.float64).dtype == np.float64
+    cai.ops.fill(a, 2.5)  # the device writes the memory the host views
+    a.synchronize()
+    np.testing.assert_array_equal(a, np.full((2, 3), 2.5, np.float32))
+    assert a.copy_to_host().tolist() == a.tolist()
+    assert np.asarray(a).ctypes.data == a.ctypes.data == a.ptr  # one memory, no copy
 
 
-def test_a_host_view_waits_for_the_work_queued_on_the_array(slow):
-    a = cai.managed_array(1000, stream=slow)
-    cai.ops.fill(a, 3.0)  # queued behind the gate
-    assert not slow.query()
-    let_go(slow, later=True)
-    np.testing.assert_array_equal(np.asarray(a), np.full(1000, 3.0))
+@pytest.mark.parametrize("make,device_type", MAKERS)
+def test_new_results_are_plain_numpy_arrays_views_stay_in_the_memory(make, device_type):
+    a = make((4, 6), dtype=np.int32)
+    a[...] = np.arange(24).reshape(4, 6)
+    views = [a[1:], a[::2, 1::3], a.T, a.reshape(6, 4), a.view(np.uint32), a[2], a[..., None]]
+    for v in views:
+        assert type(v) is type(a), v
+        cai_desc = v.__cuda_array_interface__
+        assert cai_desc["data"][0] == v.ctypes.data  # the device pointer, offset as on the host
+        assert cai_desc["shape"] == v.shape
+        assert cai_desc["strides"] in (None, v.strides)
+        assert cai_desc["strides"] is not None or v.flags.c_contiguous
+    # New memory: ufunc results, reductions along an axis, copies, advanced indexing.
+    for r in [a + 1, np.sqrt(a), a.sum(axis=0), a.copy(), a.astype(np.float64), a[[0, 2]],
+              a[a > 3], np.array(a, copy=True, subok=False)]:
+        assert type(r) is np.ndarray, type(r)
+        assert not cai.is_cuda_array(r)
+    a += 1  # out= the memory itself: the same array
+    assert type(a) is type(a) and a[0, 0] == 1
+    # A subclass instance NumPy made in new memory (empty_like keeps the type) has no CAI.
+    stray = np.empty_like(a)
+    assert type(stray) is type(a) and not cai.is_cuda_array(stray)
+    with pytest.raises(AttributeError, match=r"not in (managed|mapped) memory \(a copy"):
+        stray.__cuda_array_interface__
+    d = cai.to_device(stray)  # copied as host data
+    assert d.ptr != stray.ctypes.data
+
+
+def test_a_mapped_arrays_device_pointer_is_the_drivers():
+    import ctypes
+    driver = ctypes.CDLL(cai.sim.driver_path())  # the driver cai runs on, one state
+    a = cai.mapped_array((8, 8))
+    for v in (a, a[3:, 2:], a.T[1]):
+        dptr = ctypes.c_uint64()
+        assert driver.cuMemHostGetDevicePointer_v2(ctypes.byref(dptr),
+                                                   ctypes.c_void_p(v.ctypes.data), 0) == 0
+        assert v.__cuda_array_interface__["data"][0] == dptr.value
+
+
+@pytest.mark.parametrize("make,device_type", MAKERS)
+def test_cai_operations_take_them_zero_copy(make, device_type):
+    a = make(16, dtype=np.float64)
+    a[...] = 0
+    part = a[4:12:2]
+    for imported in (cai.as_cuda_array(part), cai.from_dlpack(part)):
+        assert isinstance(imported, cai.DeviceNDArray)
+        assert imported.ptr == part.ctypes.data and imported.strides == part.strides
+        assert imported.__dlpack_device__()[0] == device_type
+    cai.ops.fill(part, 7.0)  # through its device pointer, in place
+    cai.ops.add(part, part, part)
+    a.synchronize()
+    expected = np.zeros(16)
+    expected[4:12:2] = 14.0
+    np.testing.assert_array_equal(a, expected)
+    h = np.from_dlpack(a)  # NumPy reads the device type managed and mapped memory has
+    assert h.ctypes.data == a.ctypes.data
+
+
+@pytest.mark.parametrize("make,device_type", MAKERS)
+def test_the_host_reads_what_the_device_wrote_after_synchronize(make, device_type):
+    """The host view does not wait (as Numba's): reading before the device work is ordered
+    before the host is a race, which the simulated driver reports."""
+    slow = cai.stream(non_blocking=True)
+    a = make(1000, stream=slow)  # allocated first: the driver may wait for queued work there
+    with cai.sim.hold(slow) as gate:
+        cai.ops.fill(a[100:], 3.0)  # queued on the array's stream, behind the gate
+        assert not slow.query()
+        assert a.__cuda_array_interface__["stream"] == slow.handle  # CAI v3: the producer's
+        with pytest.raises(cai.RaceError, match="host_access on the host reads"):
+            cai.sim.host_access(a.ctypes.data, a.nbytes)
+        threading.Thread(target=gate.release).start()
+        a[:100].synchronize()  # any view waits for the work on the memory
+    cai.sim.host_access(a.ctypes.data, a.nbytes)
+    np.testing.assert_array_equal(a[100:], np.full(900, 3.0))
+    assert a.__cuda_array_interface__["stream"] is None  # nothing pending
+
+
+def test_work_on_a_view_is_ordered_with_work_on_the_whole():
+    slow, other = cai.stream(non_blocking=True), cai.stream(non_blocking=True)
+    a = cai.mapped_array(64, stream=slow)
+    with cai.sim.hold(slow):
+        cai.ops.fill(a, 1.0)  # on slow, held
+        cai.ops.fill(a[::2], 2.0, stream=other)  # RaceError unless ordered after the first fill
+        assert not other.query()
+    a.synchronize()
+    np.testing.assert_array_equal(a, np.tile([2.0, 1.0], 32))
+
+
+@pytest.mark.parametrize("make,device_type", MAKERS)
+def test_views_keep_the_memory_alive_and_it_is_freed_once(make, device_type):
+    import gc
+    free = "cuMemFreeHost" if make is cai.mapped_array else "cuMemFree"
+    a = make(1024, dtype=np.uint8)
+    a[...] = 9
+    view = a[512:]
+    host = np.asarray(view[::2])  # a plain ndarray whose base chain reaches the memory
+    cai.synchronize()
+    cai.sim.reset_driver_calls()
+    del a, view
+    gc.collect()
+    cai.synchronize()  # dropped memory is given back by then
+    assert cai.sim.driver_calls().get(free, 0) == 0
+    assert (host == 9).all()
+    del host
+    gc.collect()
+    cai.synchronize()
+    assert cai.sim.driver_calls().get(free, 0) == 1
+
+
+@pytest.mark.parametrize("make,device_type", MAKERS)
+def test_pickling_gives_new_memory_of_the_same_kind(make, device_type):
+    import pickle
+    a = make((3, 4), dtype=np.int16, order="F")
+    a[...] = np.arange(12).reshape(3, 4)
+    b = pickle.loads(pickle.dumps(a))
+    assert type(b) is type(a) and b.flags.f_contiguous and b.ctypes.data != a.ctypes.data
+    np.testing.assert_array_equal(b, a)
+    assert b.__dlpack_device__()[0] == device_type
+
+
+def test_zero_size_arrays_export_a_null_pointer():
+    for make in (cai.managed_array, cai.mapped_array):
+        z = make((0, 3))
+        assert z.__cuda_array_interface__["data"] == (0, False) and z.sum() == 0
 
 
 def test_device_memory_is_still_only_copied():
