@@ -291,7 +291,14 @@ def test_managed_memory_used_on_two_devices():
         assert (d.copy_to_host() == 1.0).all()
 
         fill_on_device_1(2.0)
-        assert (np.asarray(m) == 2.0).all()             # stale 1.0 without the ordering
+        try:                                            # the host view does not wait
+            cai.sim.host_access(m.ctypes.data, m.nbytes)
+            raise SystemExit("no race reported for an early host read")
+        except cai.RaceError:
+            pass
+        m.synchronize()                                 # waits for device 1's work too
+        cai.sim.host_access(m.ctypes.data, m.nbytes)
+        assert (m == 2.0).all()                         # stale 1.0 without the ordering
 
         fill_on_device_1(3.0)
         m.synchronize()
@@ -304,7 +311,7 @@ def test_managed_memory_used_on_two_devices():
 
         with cai.Device(1):
             assert cai.device_array_like(m).device == m.device == cai.Device(0)
-            assert m.copy().device == cai.Device(0)
+            assert cai.as_cuda_array(m).copy().device == cai.Device(0)
         print("ok")
     """, env={"CAI_SIM_DEVICES": "2"})
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
