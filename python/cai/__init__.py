@@ -100,6 +100,11 @@ __all__ = [
     "profile_start", "profile_stop", "profiling", "HostFallbackWarning",
 ]
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
+if _TYPE_CHECKING:
+    from ._mapped import ManagedNDArray as ManagedNDArray, MappedNDArray as MappedNDArray
+
 
 def __getattr__(name: str) -> object:
     # NumPy subclasses, defined once NumPy is wanted: `import cai` does not load NumPy.

@@ -9,6 +9,8 @@ from ._cai import DeviceNDArray
 if TYPE_CHECKING:
     import numpy
 
+    from ._mapped import ManagedNDArray, MappedNDArray
+
 
 def _data_only(arr: DeviceNDArray) -> DeviceNDArray:
     """`arr` without its mask (a view of the same memory): for the senders that carry the
@@ -75,7 +77,7 @@ def host_view(array: DeviceNDArray, interface: dict[str, Any],
 
 def managed_array(shape: Any, dtype: Any = float, strides: Any = None,
                   order: Literal["C", "F"] = "C", stream: Any = 0,
-                  attach_global: bool = True) -> Any:
+                  attach_global: bool = True) -> "ManagedNDArray":
     """A new cai.ManagedNDArray (as numba.cuda.managed_array): a NumPy array in managed
     (unified) memory that device code reaches through __cuda_array_interface__ (kDLCUDAManaged
     through DLPack). The host does not wait: synchronize before reading what the device wrote."""
@@ -86,7 +88,7 @@ def managed_array(shape: Any, dtype: Any = float, strides: Any = None,
 
 def mapped_array(shape: Any, dtype: Any = float, strides: Any = None,
                  order: Literal["C", "F"] = "C", stream: Any = 0, portable: bool = False,
-                 wc: bool = False) -> Any:
+                 wc: bool = False) -> "MappedNDArray":
     """A new cai.MappedNDArray (as numba.cuda.mapped_array): a NumPy array in page-locked host
     memory mapped into the device, which device code reaches through __cuda_array_interface__
     (kDLCUDAHost through DLPack). The host does not wait: synchronize before reading what the

@@ -3,7 +3,7 @@ an ndarray subclass over the memory of a cai array (managed, or page-locked and 
 also exports __cuda_array_interface__ for its own bytes. Imported on first use: `import cai`
 does not load NumPy. Decisions: docs/python.md, "Managed and mapped arrays"."""
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 import numpy as np
 
@@ -60,8 +60,9 @@ class _HostDeviceArray(np.ndarray):
     def copy(self, order: Any = "C") -> np.ndarray:  # type: ignore[override]
         return np.array(self, order=order, subok=False, copy=True)
 
-    def astype(self, dtype: Any, order: Any = "K", casting: Any = "unsafe", subok: bool = True,
-               copy: bool = True) -> np.ndarray:  # type: ignore[override]
+    def astype(  # type: ignore[override]
+            self, dtype: Any, order: Any = "K", casting: Any = "unsafe", subok: bool = True,
+            copy: bool = True) -> np.ndarray:
         out = np.ndarray.astype(self, dtype, order, casting, subok, copy)
         return out if _memory_of(out) is not None else out.view(np.ndarray)
 
@@ -86,7 +87,7 @@ class _HostDeviceArray(np.ndarray):
                 "data": data, "strides": iface["strides"]}
         if self.dtype.fields is not None:
             desc["descr"] = iface["descr"]
-        return _cai._host_array_view(memory, desc, self.dtype)
+        return cast(DeviceNDArray, _cai._host_array_view(memory, desc, self.dtype))
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -94,7 +95,7 @@ class _HostDeviceArray(np.ndarray):
 
     # DLPack: the device's view (kDLCUDAManaged, kDLCUDAHost: NumPy reads both); NumPy's own
     # for an instance in ordinary host memory.
-    def __dlpack__(self, **kwargs: Any) -> Any:  # type: ignore[override]
+    def __dlpack__(self, **kwargs: Any) -> Any:
         if _memory_of(self) is None:
             return np.ndarray.__dlpack__(self, **kwargs)
         return self._device_array().__dlpack__(**kwargs)
@@ -163,9 +164,10 @@ class ManagedNDArray(_HostDeviceArray):
 
 
 _cai._register_host_array_type(_HostDeviceArray)
+_T = TypeVar("_T", bound=_HostDeviceArray)
 
 
-def _wrap(array: DeviceNDArray, cls: type[_HostDeviceArray]) -> Any:
+def _wrap(array: DeviceNDArray, cls: type[_T]) -> _T:
     flat = np.asarray(_Memory(array))
     return np.ndarray.__new__(cls, array.shape, array.dtype, flat, 0, array.strides)
 

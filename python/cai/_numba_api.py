@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
     import numpy
 
+    from ._mapped import MappedNDArray
+
 
 def is_available() -> bool:
     """Whether a device can run cai's work, as cai.detect() returns (a simulated device
@@ -132,7 +134,7 @@ def _like(ary: Any, entry: str) -> tuple[tuple[int, ...], Any, Literal["C", "F"]
 
 
 def mapped_array_like(ary: Any, stream: Any = 0, portable: bool = False,
-                      wc: bool = False) -> Any:
+                      wc: bool = False) -> "MappedNDArray":
     """cai.mapped_array() (a cai.MappedNDArray) with the shape, dtype and order (C or F) of `ary`."""
     shape, dtype, order = _like(ary, "mapped_array_like()")
     from ._host import mapped_array

@@ -77,6 +77,11 @@ with s.auto_synchronize() as same_stream:
 picked: cai.Device = cai.select_device(0)
 found: bool = cai.detect()
 info: dict[str, object] = cai.show_config(as_json=True)
+mm: cai.ManagedNDArray = cai.managed_array((2, 3), dtype=np.float32)
+mm_view: cai.ManagedNDArray = mm[1:]
+mm_host: npt.NDArray[np.float32] = mm + 1
+mm_dev: cai.DeviceNDArray = cai.as_cuda_array(mm_view)
+mapped: cai.MappedNDArray = cai.mapped_array_like(mm)
 print(total(a, s), total(a, 2), view.shape, rows.shape, element, len(items), moved.device,
       picked, found, same_stream, len(info), a.get_ipc_handle().device.id)
 '''
