@@ -176,6 +176,18 @@ def test_views_keep_the_memory_alive_and_it_is_freed_once(make, device_type):
     gc.collect()
     cai.synchronize()
     assert cai.sim.driver_calls().get(free, 0) == 1
+    b = make(8)
+    device_view = cai.as_cuda_array(b[2:])  # a cai array of the bytes keeps the memory too
+    del b
+    gc.collect()
+    cai.synchronize()
+    assert cai.sim.driver_calls().get(free, 0) == 1
+    cai.ops.fill(device_view, 1.0)
+    assert (device_view.copy_to_host() == 1.0).all()
+    del device_view
+    gc.collect()
+    cai.synchronize()
+    assert cai.sim.driver_calls().get(free, 0) == 2
 
 
 @pytest.mark.parametrize("make,device_type", MAKERS)

@@ -188,6 +188,7 @@ def test_mapped_and_like_arrays():
         assert [d.shape for d in devs] == [(2,), (3,)]
     f = np.empty((2, 3), np.float32, order="F")
     m = cai.mapped_array_like(f)
+    assert type(m) is cai.MappedNDArray and m.__cuda_array_interface__["strides"] == f.strides
     assert (m.shape, m.dtype, m.strides) == (f.shape, f.dtype, f.strides)
     p = cai.pinned_array_like(f)
     assert isinstance(p, np.ndarray) and p.strides == f.strides
