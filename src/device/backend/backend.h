@@ -237,4 +237,13 @@ cu::CUevent to_event(EventHandle e, std::string_view where);
 /// is left to cuMemcpyAsync (staging): peer access may not be enabled.
 bool kernel_can_access(const PointerInfo& p, int device);
 
+/// The backend's state, for the device layer's own files and its tests only.
+class BackendAccess {
+ public:
+  static BackendState& state(Backend& b) noexcept { return *b.state_; }
+};
+inline BackendState& state_of(Backend& b) noexcept {
+  return BackendAccess::state(b);
+}
+
 }  // namespace cai::device::detail
