@@ -522,13 +522,16 @@ CUresult SimDriver::cuMemGetAddressRange(CUdeviceptr* base, std::size_t* size, C
   const Allocation* a = find_locked(ptr, ptr + 1, &start);
   if (a == nullptr)
     return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not memory the driver knows");
-  // Documented for cuMemAlloc/cuMemAllocPitch memory only: anything else is the range
-  // attributes' to answer.
-  if (a->kind != Kind::device)
+  // Documented for cuMemAlloc/cuMemAllocPitch memory; the driver also answers for its other
+  // allocations (numba-cuda's tests size cuMemHostAlloc memory with it on GPUs). Registered
+  // ranges, mappings and opened IPC memory: unobserved, so the range attributes' to answer.
+  if (a->kind != Kind::device && a->kind != Kind::pool && a->kind != Kind::pinned &&
+      a->kind != Kind::managed)
     return fail(CUDA_ERROR_INVALID_VALUE,
                 "cuMemGetAddressRange: " + hex_text(ptr) +
-                    " is not cuMemAlloc/cuMemAllocPitch memory, the only memory the driver "
-                    "documents it for (use CU_POINTER_ATTRIBUTE_RANGE_START_ADDR/RANGE_SIZE)");
+                    " is not memory the driver allocated (cuMemAlloc, cuMemAllocAsync, "
+                    "cuMemAllocHost, cuMemAllocManaged); the simulated driver answers only for "
+                    "those (use CU_POINTER_ATTRIBUTE_RANGE_START_ADDR/RANGE_SIZE)");
   if (base) *base = start;
   if (size) *size = a->size;
   return CUDA_SUCCESS;
