@@ -6,6 +6,7 @@
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
+#include <optional>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -654,15 +655,25 @@ std::string array_repr(PyArray& self) {
 
 View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle strides,
                    bool fortran, const sync::StreamRef& stream, device::MemoryKind kind) {
-  if (strides.is_none()) return View::allocate(std::move(dtype), shape, fortran, stream, kind);
-  // Explicit strides: allocate the extent they span.
-  Dims st = read_dims(strides, "strides", DimsForm::argument);
-  Layout layout(Dims(shape), std::move(st), dtype.itemsize());
-  if (layout.may_overlap())
-    throw_error(Errc::value_error,
-                "device_array(): strides make elements overlap; each element "
-                "must have its own bytes");
-  return View::allocate(std::move(dtype), std::move(layout), stream, kind);
+  std::optional<Layout> layout;
+  if (!strides.is_none()) {
+    // Explicit strides: allocate the extent they span.
+    Dims st = read_dims(strides, "strides", DimsForm::argument);
+    layout.emplace(Dims(shape), std::move(st), dtype.itemsize());
+    if (layout->may_overlap())
+      throw_error(Errc::value_error,
+                  "device_array(): strides make elements overlap; each element "
+                  "must have its own bytes");
+  }
+  const auto allocate = [&] {
+    return layout ? View::allocate(std::move(dtype), std::move(*layout), stream, kind)
+                  : View::allocate(std::move(dtype), shape, fortran, stream, kind);
+  };
+  // Only device memory may come from the Python allocator hook. Page-locked memory
+  // (cuMemAllocHost, cuMemHostAlloc) waits for all device work: without the GIL.
+  if (kind == device::MemoryKind::device) return allocate();
+  NoGil nogil;
+  return allocate();
 }
 
 // device_array, managed_array and mapped_array: Numba's signatures, one memory kind each.
@@ -868,6 +879,19 @@ void bind_array(nb::module_& m) {
         device::backend().host_register(ptr, bytes);
       },
       nb::arg("ptr"), nb::arg("nbytes"), "Page-locks host memory (cai.pinned).");
+  m.def(
+      "_host_locked",
+      [](std::uint64_t ptr, std::size_t bytes) {
+        // Memory the driver page-locked itself (cuMemAllocHost, cuMemHostAlloc, an enclosing
+        // cai.pinned block) or manages (cuMemAllocManaged): nothing for cai.pinned to lock.
+        if (bytes == 0) return false;
+        const device::PointerInfo info = device::backend().pointer_info(ptr);
+        if (info.kind != device::MemoryKind::pinned_host && info.kind != device::MemoryKind::managed)
+          return false;
+        return ptr - info.alloc_base + bytes <= info.alloc_size;
+      },
+      nb::arg("ptr"), nb::arg("nbytes"),
+      "Whether [ptr, ptr + nbytes) lies wholly in one page-locked or managed allocation.");
   m.def("_host_unregister", exit_safe([](std::uint64_t ptr) {
           NoGil nogil;  // the driver waits for all device work before it unlocks
           device::backend().host_unregister(ptr);
