@@ -569,12 +569,35 @@ bool is_callers_memory(nb::handle host, nb::handle value) {
 
 }  // namespace
 
+namespace {
+
+// Where in `value` (itself, or an item of its nested lists and tuples, as NumPy reads them)
+// a numpy.ma.MaskedArray or numpy.ma.masked is: "" for `value` itself, "[i][j]" for an item.
+std::optional<std::string> find_host_mask(nb::handle value, PyTypeObject* masked, int depth) {
+  if (PyObject_TypeCheck(value.ptr(), masked)) return std::string();
+  if (depth > max_ndim || (!PyList_Check(value.ptr()) && !PyTuple_Check(value.ptr())))
+    return std::nullopt;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(value.ptr());
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    nb::handle item(PySequence_Fast_GET_ITEM(value.ptr(), i));
+    if (auto at = find_host_mask(item, masked, depth + 1))
+      return "[" + std::to_string(i) + "]" + *at;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 void refuse_host_mask(nb::handle value, const char* entry) {
-  if (!nb::isinstance(value, numpy_module().attr("ma").attr("MaskedArray"))) return;
+  // Kept from the first call, as numpy_module() is.
+  static nb::handle masked = nb::object(numpy_module().attr("ma").attr("MaskedArray")).release();
+  const auto at = find_host_mask(value, reinterpret_cast<PyTypeObject*>(masked.ptr()), 0);
+  if (!at) return;
   throw_error(Errc::type_error,
-              std::string(entry) +
-                  ": the host data is a numpy.ma.MaskedArray, and its mask would be dropped here; "
-                  "pass .filled(value) or .data, or attach a mask on the device "
+              std::string(entry) + ": the host data " +
+                  (at->empty() ? "is" : "holds at " + *at) +
+                  " a numpy.ma.MaskedArray, and its mask would be dropped here; pass "
+                  ".filled(value) or .data, or attach a mask on the device "
                   "(cai.from_cuda_array_interface with a 'mask')");
 }
 

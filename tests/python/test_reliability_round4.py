@@ -576,8 +576,17 @@ MASKED = np.ma.MaskedArray([1.0, 2.0, 3.0], mask=[False, True, False])
     lambda: cai.device_array(3, dtype=np.float32).copy_to_device(MASKED),
     lambda: cai.device_array(3).__setitem__(Ellipsis, MASKED),
     lambda: cai.device_array(3).__setitem__(1, np.ma.masked),
+    # Inside lists and tuples, which NumPy reads item by item (and so drops the masks)
+    lambda: cai.to_device([MASKED, MASKED]),
+    lambda: cai.to_device(([1.0, 2.0, 3.0], MASKED), stream=cai.stream()),
+    lambda: cai.to_device([[1.0, np.ma.masked]]),
+    lambda: cai.device_array((2, 3)).copy_to_device([MASKED, MASKED]),
+    lambda: cai.device_array((2, 3)).__setitem__(Ellipsis, [MASKED, [1.0, 2.0, 3.0]]),
+    lambda: cai.device_array(3).__setitem__(Ellipsis, [1.0, np.ma.masked, 3.0]),
 ], ids=["to_device", "to_device-stream", "copy_to_device", "copy_to_device-dtype", "setitem",
-        "setitem-masked-constant"])
+        "setitem-masked-constant", "to_device-list", "to_device-tuple-stream",
+        "to_device-nested-constant", "copy_to_device-list", "setitem-list",
+        "setitem-list-constant"])
 def test_a_numpy_mask_is_refused_not_dropped(call):
     with pytest.raises(TypeError, match="numpy.ma.MaskedArray, and its mask would be dropped"):
         call()
