@@ -6,8 +6,8 @@
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
-#include <optional>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -594,8 +594,7 @@ void refuse_host_mask(nb::handle value, const char* entry) {
   const auto at = find_host_mask(value, reinterpret_cast<PyTypeObject*>(masked.ptr()), 0);
   if (!at) return;
   throw_error(Errc::type_error,
-              std::string(entry) + ": the host data " +
-                  (at->empty() ? "is" : "holds at " + *at) +
+              std::string(entry) + ": the host data " + (at->empty() ? "is" : "holds at " + *at) +
                   " a numpy.ma.MaskedArray, and its mask would be dropped here; pass "
                   ".filled(value) or .data, or attach a mask on the device "
                   "(cai.from_cuda_array_interface with a 'mask')");
@@ -909,7 +908,8 @@ void bind_array(nb::module_& m) {
         // cai.pinned block) or manages (cuMemAllocManaged): nothing for cai.pinned to lock.
         if (bytes == 0) return false;
         const device::PointerInfo info = device::backend().pointer_info(ptr);
-        if (info.kind != device::MemoryKind::pinned_host && info.kind != device::MemoryKind::managed)
+        if (info.kind != device::MemoryKind::pinned_host &&
+            info.kind != device::MemoryKind::managed)
           return false;
         return ptr - info.alloc_base + bytes <= info.alloc_size;
       },

@@ -74,8 +74,7 @@ void copy_kernel(const StreamScope& on, const Operand& dst, const Operand& src) 
 // cuMemcpyAsync, cut where either side passes in or out of memory cai knows: a host range
 // partly page-locked is neither pinned nor pageable to the driver (which refuses it, or reads
 // past the locked range). The pieces of a cut copy are waited for, as a pageable copy is.
-void copy_pieces(const StreamScope& on, std::uint64_t dst, std::uint64_t src,
-                 std::size_t bytes) {
+void copy_pieces(const StreamScope& on, std::uint64_t dst, std::uint64_t src, std::size_t bytes) {
   std::vector<std::uint64_t> cuts;
   on.st.ranges.cuts(dst, bytes, cuts);
   on.st.ranges.cuts(src, bytes, cuts);
