@@ -567,10 +567,6 @@ bool is_callers_memory(nb::handle host, nb::handle value) {
          nb::cast<bool>(np.attr("may_share_memory")(host, value));
 }
 
-}  // namespace
-
-namespace {
-
 // Where in `value` (itself, or an item of its nested lists and tuples, as NumPy reads them)
 // a numpy.ma.MaskedArray or numpy.ma.masked is: "" for `value` itself, "[i][j]" for an item.
 std::optional<std::string> find_host_mask(nb::handle value, PyTypeObject* masked, int depth) {
