@@ -154,9 +154,10 @@ struct BackendState {
   Ranges::Entry query_pointer(std::uint64_t ptr);
   /// Checks the bytes r of an operand before any work: array data must be memory of the
   /// driver (device, pinned_host or managed) within one live allocation (or the mapped parts
-  /// of one virtual-memory reservation); `host` operands may also be pageable host memory. `device`
-  /// is the device of the work (-1: any), for which a remembered foreign range is asked again when
-  /// it names another device. Returns what the memory is.
+  /// of one virtual-memory reservation); `host` operands may also be pageable host memory, reported
+  /// as unregistered also when they lie partly in page-locked memory (copy those with copy_pieces).
+  /// `device` is the device of the work (-1: any), for which a remembered foreign range is asked
+  /// again when it names another device. Returns what the memory is.
   PointerInfo check_memory(std::string_view where, std::string_view name, const ByteRange& r,
                            bool host, int device);
   /// check_memory of the operands of one operation (`rs`, named by elementwise_operand_name),
