@@ -494,6 +494,10 @@ constexpr ExtendedInfo kExtended[] = {
     {Extended::float6_e2m3fn, kDLFloat6_e2m3fn, 6, "float6_e2m3fn"},
     {Extended::float6_e3m2fn, kDLFloat6_e3m2fn, 6, "float6_e3m2fn"},
     {Extended::float4_e2m1fn, kDLFloat4_e2m1fn, 4, "float4_e2m1fn"},
+    {Extended::int4, kDLInt, 4, "int4"},
+    {Extended::uint4, kDLUInt, 4, "uint4"},
+    {Extended::int2, kDLInt, 2, "int2"},
+    {Extended::uint2, kDLUInt, 2, "uint2"},
 };
 
 const char* code_name(std::uint8_t code) {
@@ -544,7 +548,8 @@ DType DType::from_dlpack(DLDataType t) {
         return DType(t.code == kDLInt ? Kind::signed_int : Kind::unsigned_int,
                      bits == 8 ? ByteOrder::not_applicable : kNativeOrder, bits / 8);
       }
-      dlpack_unsupported(t, "has no NumPy equivalent; expected bits 8, 16, 32 or 64");
+      if (bits == 4 || bits == 2) break;  // ml_dtypes' [u]int4 and [u]int2, below
+      dlpack_unsupported(t, "has no NumPy equivalent; expected bits 2, 4, 8, 16, 32 or 64");
     case kDLFloat:
       if (bits == 16 || bits == 32 || bits == 64) {
         return DType(Kind::floating, kNativeOrder, bits / 8);
@@ -564,6 +569,7 @@ DType DType::from_dlpack(DLDataType t) {
   for (const ExtendedInfo& e : kExtended) {
     if (e.code != t.code) continue;
     if (bits != e.bits) {
+      if (e.code == kDLInt || e.code == kDLUInt) continue;  // 4 and 2 have entries each
       dlpack_unsupported(t, "is not supported; expected bits " + decimal(e.bits));
     }
     return DType(Kind::raw, e.ext == Extended::bfloat16 ? kNativeOrder : ByteOrder::not_applicable,
