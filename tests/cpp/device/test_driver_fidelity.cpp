@@ -334,7 +334,7 @@ TEST(driver_fidelity, a_pageable_host_to_device_copy_returns_once_the_bytes_are_
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
   sim::enqueue_task(*b, s, {}, [released](std::span<const std::uint64_t>) {
-    released.wait_for(std::chrono::seconds(60));
+    released.wait_for(std::chrono::seconds(20));
   });
   b->copy_async(d, addr(host.data()), 64, s);
   // Staged: the copy is still queued, and the buffer is the caller's again (no race).
