@@ -117,6 +117,9 @@ CUresult SimDriver::reach_locked(std::uint64_t lo, std::uint64_t hi, int device,
   if (a == nullptr && partial) a = chunks_locked(lo, hi, base);
   if (a == nullptr) {
     if (partial) return fail(error, where() + " straddles the end or the start of an allocation");
+    if (!freed_async_.empty()) {
+      if (CUresult r = freed_async_locked(lo, where().c_str())) return r;
+    }
     for (const DeviceState& ds : device_state_) {
       if (ds.heap && ds.heap->contains(lo))
         return fail(error, where() +
@@ -471,7 +474,8 @@ CUresult SimDriver::freed_async_locked(CUdeviceptr ptr, const char* entry) const
   return fail(CUDA_ERROR_ILLEGAL_STATE,
               std::string("undefined on a real driver: ") + entry + " of " + hex_text(ptr) +
                   ", in memory freed by cuMemFreeAsync at " + hex_text(it->first) +
-                  " (its pointer attributes are undefined once the free is enqueued)");
+                  " (once the free is enqueued, the memory and its pointer attributes are "
+                  "undefined)");
 }
 
 CUresult SimDriver::cuPointerGetAttribute(void* data, CUpointer_attribute attribute,

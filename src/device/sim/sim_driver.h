@@ -217,7 +217,8 @@ class SimDriver {
   // All *_locked functions run with mu_ held.
   CUresult attributes_locked(unsigned int count, const CUpointer_attribute* attributes,
                              void* const* data, CUdeviceptr ptr);
-  /// The "undefined on a real driver" error when ptr is in memory freed by cuMemFreeAsync.
+  /// The "undefined on a real driver" error when ptr is in memory freed by cuMemFreeAsync
+  /// (queried, copied, set, launched on or exported).
   CUresult freed_async_locked(CUdeviceptr ptr, const char* entry) const;
   /// The calling thread's current context (its device), or -1.
   int current_locked();

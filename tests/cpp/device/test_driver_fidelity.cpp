@@ -119,6 +119,15 @@ TEST(driver_fidelity, pointer_attributes_of_memory_freed_by_cuMemFreeAsync_are_u
     std::size_t size = 0;
     EXPECT_EQ(api.cuMemGetAddressRange(&base, &size, t), CUDA_ERROR_ILLEGAL_STATE);
     EXPECT_THAT(detail_of(*b), HasSubstr("freed by cuMemFreeAsync"));
+    // Every other use of the freed memory is named the same way (as compute-sanitizer would).
+    CUipcMemHandle handle{};
+    EXPECT_EQ(api.cuIpcGetMemHandle(&handle, t), CUDA_ERROR_ILLEGAL_STATE);
+    EXPECT_THAT(detail_of(*b), HasSubstr("undefined on a real driver: cuIpcGetMemHandle"));
+    EXPECT_EQ(api.cuMemsetD8Async(t + 8, 0, 8, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+    EXPECT_THAT(detail_of(*b), HasSubstr("undefined on a real driver: dst [" + test::hex(t + 8)));
+    std::vector<char> bytes(8);
+    EXPECT_EQ(api.cuMemcpyAsync(addr(bytes.data()), t, 8, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+    EXPECT_THAT(detail_of(*b), HasSubstr("in memory freed by cuMemFreeAsync at " + test::hex(t)));
     // The backend relies on no answer: work on the freed memory is refused, naming the rule.
     const std::int32_t v = 1;
     EXPECT_THAT([&] { b->fill_async(dense(t, {4}, 4), &v, s); },
