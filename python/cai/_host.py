@@ -86,7 +86,9 @@ class pinned:
     """`with cai.pinned(a, b):` page-locks the memory of existing NumPy arrays for the block
     (as numba.cuda.pinned), so that copies with a stream are queued without the host waiting.
     The driver locks whole pages, once each: arrays that share pages (views of one array, or
-    small arrays side by side) are locked together, as one range."""
+    small arrays side by side) are locked together, as one range. An array already in
+    page-locked or managed memory (pinned_array, mapped_array, managed_array, or an array an
+    enclosing block locked) is left as it is: nothing to lock, nothing to unlock."""
 
     def __init__(self, *arrays: Any) -> None:
         self._arrays = arrays
@@ -105,6 +107,8 @@ class pinned:
                 raise TypeError(f"cai.pinned(): expected NumPy arrays, got {type(a).__name__}")
             if a.nbytes:
                 lo, hi = byte_bounds(a)
+                if _cai._host_locked(lo, hi - lo):
+                    continue  # page-locked already (pinned_array, mapped_array, an outer block)
                 ranges.append((lo // page * page, -(-hi // page) * page))
         merged: list[list[int]] = []
         for lo, hi in sorted(ranges):

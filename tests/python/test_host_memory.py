@@ -134,11 +134,14 @@ def test_pinned_page_locks_numpy_arrays_for_a_block():
     with cai.pinned(x), held() as slow:
         d = cai.to_device(x, stream=slow)
         assert not slow.query()  # page-locked: queued
+        # Inside the outer block's range: nothing to lock, so nothing to unlock (a driver call
+        # would wait for the held stream here) and x stays locked after the inner block.
+        with cai.pinned(x[1:]):
+            pass
+        cai.to_device(x, stream=slow)
+        assert not slow.query()
         let_go(slow)
         slow.synchronize()
-        with pytest.raises(cai.DeviceError, match="CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"):
-            with cai.pinned(x[1:]):
-                pass
     cai.sim.delay(slow, 0.2)
     d.copy_to_host(x, stream=slow)
     assert slow.query()  # pageable again after the block: a copy into it is done on return

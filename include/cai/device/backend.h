@@ -102,7 +102,8 @@ struct CallCounts {
 
 namespace detail {
 struct BackendState;
-}
+class BackendAccess;  // src/device: the state behind the interface
+}  // namespace detail
 
 /// The device layer's one backend: the CUDA driver API, called through the driver's table of
 /// entry points, which comes from libcuda.so.1 or from cai's simulated driver (a CPU
@@ -222,10 +223,8 @@ class Backend {
   /// Opens another process's event; destroyed with event_destroy.
   EventHandle ipc_open_event(const IpcEventHandle& handle);
 
-  /// The state behind the interface (internal to src/device).
-  detail::BackendState& state() noexcept { return *state_; }
-
  private:
+  friend class detail::BackendAccess;
   std::unique_ptr<detail::BackendState> state_;
 };
 

@@ -154,9 +154,10 @@ struct BackendState {
   Ranges::Entry query_pointer(std::uint64_t ptr);
   /// Checks the bytes r of an operand before any work: array data must be memory of the
   /// driver (device, pinned_host or managed) within one live allocation (or the mapped parts
-  /// of one virtual-memory reservation); `host` operands may also be pageable host memory. `device`
-  /// is the device of the work (-1: any), for which a remembered foreign range is asked again when
-  /// it names another device. Returns what the memory is.
+  /// of one virtual-memory reservation); `host` operands may also be pageable host memory, reported
+  /// as unregistered also when they lie partly in page-locked memory (copy those with copy_pieces).
+  /// `device` is the device of the work (-1: any), for which a remembered foreign range is asked
+  /// again when it names another device. Returns what the memory is.
   PointerInfo check_memory(std::string_view where, std::string_view name, const ByteRange& r,
                            bool host, int device);
   /// check_memory of the operands of one operation (`rs`, named by elementwise_operand_name),
@@ -244,5 +245,14 @@ cu::CUevent to_event(EventHandle e, std::string_view where);
 /// Whether a kernel on `device` may dereference the memory. Device memory of another device
 /// is left to cuMemcpyAsync (staging): peer access may not be enabled.
 bool kernel_can_access(const PointerInfo& p, int device);
+
+/// The backend's state, for the device layer's own files and its tests only.
+class BackendAccess {
+ public:
+  static BackendState& state(Backend& b) noexcept { return *b.state_; }
+};
+inline BackendState& state_of(Backend& b) noexcept {
+  return BackendAccess::state(b);
+}
 
 }  // namespace cai::device::detail

@@ -137,6 +137,13 @@ PointerInfo BackendState::pointer_info(std::uint64_t ptr) {
   return e.info;
 }
 
+namespace {
+// Memory the host reaches at its own address (a NumPy array may lie partly in it).
+bool host_memory(const PointerInfo& info) {
+  return info.kind == MemoryKind::pinned_host || info.kind == MemoryKind::managed;
+}
+}  // namespace
+
 PointerInfo BackendState::check_memory(std::string_view where, std::string_view name,
                                        const ByteRange& r, bool host, int device) {
   if (r.empty()) return {};
@@ -161,7 +168,9 @@ PointerInfo BackendState::check_memory(std::string_view where, std::string_view 
   if (info.kind == MemoryKind::unregistered) {
     if (host) {
       const PointerInfo last = pointer_info(r.hi - 1);
-      if (last.kind != MemoryKind::unregistered) {
+      // Pageable memory running into page-locked memory: pageable as a whole, copied in
+      // pieces (copy_pieces).
+      if (last.kind != MemoryKind::unregistered && !host_memory(last)) {
         throw_error(Errc::device_error,
                     what_of(where, name, r) + " starts outside the allocation " +
                         range_text({last.alloc_base, last.alloc_base + last.alloc_size}) +
@@ -186,6 +195,8 @@ PointerInfo BackendState::check_memory(std::string_view where, std::string_view 
     ranges.forget(info.alloc_base, info.alloc_size);
     return check_memory(where, name, r, host, device);
   }
+  // Host memory that runs out of a page-locked range: pageable as a whole, copied in pieces.
+  if (host && host_memory(info)) return PointerInfo{};
   throw_error(Errc::device_error, what_of(where, name, r) +
                                       " runs past the end of its allocation " + range_text(alloc));
 }

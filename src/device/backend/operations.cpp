@@ -61,9 +61,36 @@ void launch_elementwise(const StreamScope& on, std::string_view where, Elementwi
   }
 }
 
+// Pageable host memory, or host memory partly page-locked (BackendState::check_memory).
+bool pageable(const PointerInfo& info) {
+  return info.kind == MemoryKind::unregistered;
+}
+
 void copy_kernel(const StreamScope& on, const Operand& dst, const Operand& src) {
   launch(on, kernels::plan_copy("copy_strided_async()", dst.ptr, src.ptr,
                                 kernels::merge_operands<2>({&dst, &src}), dst.layout.itemsize()));
+}
+
+// cuMemcpyAsync, cut where either side passes in or out of memory cai knows: a host range
+// partly page-locked is neither pinned nor pageable to the driver (which refuses it, or reads
+// past the locked range). The pieces of a cut copy are waited for, as a pageable copy is.
+void copy_pieces(const StreamScope& on, std::uint64_t dst, std::uint64_t src, std::size_t bytes) {
+  std::vector<std::uint64_t> cuts;
+  on.st.ranges.cuts(dst, bytes, cuts);
+  on.st.ranges.cuts(src, bytes, cuts);
+  if (cuts.empty()) {
+    CAI_DRIVER(on.st, cuMemcpyAsync, dst, src, bytes, on.stream);
+    return;
+  }
+  cuts.push_back(bytes);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::uint64_t at = 0;
+  for (const std::uint64_t end : cuts) {
+    CAI_DRIVER(on.st, cuMemcpyAsync, dst + at, src + at, end - at, on.stream);
+    at = end;
+  }
+  CAI_DRIVER(on.st, cuStreamSynchronize, on.stream);
 }
 
 // Temporary device buffers for operands a kernel cannot use as they are: memory it cannot
@@ -82,7 +109,7 @@ class Staging {
   /// A device copy of the bytes of r; returns where `ptr` lands in it.
   std::uint64_t in(std::uint64_t ptr, const ByteRange& r) {
     const CUdeviceptr t = temp(r.size());
-    CAI_DRIVER(on_.st, cuMemcpyAsync, t, r.lo, r.size(), on_.stream);
+    copy_pieces(on_, t, r.lo, r.size());
     return t + (ptr - r.lo);
   }
 
@@ -90,10 +117,9 @@ class Staging {
   /// are copied in first unless the operation overwrites every byte (`dense`).
   std::uint64_t out(std::uint64_t ptr, const ByteRange& r, bool dense) {
     const CUdeviceptr t = temp(r.size());
-    if (!dense) CAI_DRIVER(on_.st, cuMemcpyAsync, t, r.lo, r.size(), on_.stream);
-    backs_.emplace_back([this, dst = r.lo, t, bytes = r.size()] {
-      CAI_DRIVER(on_.st, cuMemcpyAsync, dst, t, bytes, on_.stream);
-    });
+    if (!dense) copy_pieces(on_, t, r.lo, r.size());
+    backs_.emplace_back(
+        [this, dst = r.lo, t, bytes = r.size()] { copy_pieces(on_, dst, t, bytes); });
     return t + (ptr - r.lo);
   }
 
@@ -140,7 +166,9 @@ class Staging {
 using detail::BackendState;
 using detail::check_operand;
 using detail::check_range;
+using detail::copy_pieces;
 using detail::kernel_can_access;
+using detail::pageable;
 using detail::Staging;
 using detail::StreamScope;
 using namespace cu;
@@ -174,13 +202,17 @@ void Backend::copy_async(std::uint64_t dst, std::uint64_t src, std::size_t bytes
   if (bytes == 0 || dst == src) return;
   BackendState& st = *state_;
   StreamScope on(st, stream);
-  st.check_memory(where, "dst", dr, true, on.device);
-  st.check_memory(where, "src", sr, true, on.device);
+  const PointerInfo dinfo = st.check_memory(where, "dst", dr, true, on.device);
+  const PointerInfo sinfo = st.check_memory(where, "src", sr, true, on.device);
   if (dr.intersects(sr)) {
     // cuMemcpy is undefined on overlap; go through a copy of the source (memmove).
     Staging stage(on);
     const std::uint64_t t = stage.in(src, sr);
-    CAI_DRIVER(st, cuMemcpyAsync, dst, t, bytes, stream);
+    copy_pieces(on, dst, t, bytes);
+    return;
+  }
+  if (pageable(dinfo) || pageable(sinfo)) {
+    copy_pieces(on, dst, src, bytes);
     return;
   }
   CAI_DRIVER(st, cuMemcpyAsync, dst, src, bytes, stream);
@@ -208,6 +240,10 @@ void Backend::copy_strided_async(const Operand& dst, const Operand& src, StreamH
     // C-contiguous): one plain copy, whatever the memory kinds.
     Staging stage(on);
     const std::uint64_t from = overlap ? stage.in(sr.lo, sr) : sr.lo;
+    if (pageable(dinfo) || pageable(sinfo)) {
+      copy_pieces(on, dr.lo, from, dr.size());
+      return;
+    }
     CAI_DRIVER(st, cuMemcpyAsync, dr.lo, from, dr.size(), stream);
     return;
   }

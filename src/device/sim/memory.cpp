@@ -27,21 +27,29 @@ std::string range_of(std::uint64_t lo, std::uint64_t hi) {
 
 // Whether [lo, hi) is mapped in this process (pageable host memory the host may touch).
 bool host_mapped(std::uint64_t lo, std::uint64_t hi) {
-  static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t page = host_page_size();
   const std::uint64_t a = lo / page * page;
   return ::msync(reinterpret_cast<void*>(static_cast<std::uintptr_t>(a)), hi - a, MS_ASYNC) == 0;
 }
 
 }  // namespace
 
+std::size_t host_page_size() noexcept {
+  static const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+// Page-locked and managed memory occupies whole pages of its own, as the driver's does (it
+// maps pages for it): a heap neighbour never shares a page with it, so cuMemHostRegister of
+// the neighbour's pages cannot overlap it.
 std::byte* allocate_host_block(std::size_t bytes) {
-  const std::size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-  return static_cast<std::byte*>(
-      ::operator new (rounded, std::align_val_t{kHostAlignment}, std::nothrow));
+  const std::size_t page = host_page_size();
+  const std::size_t rounded = (bytes + page - 1) / page * page;
+  return static_cast<std::byte*>(::operator new (rounded, std::align_val_t{page}, std::nothrow));
 }
 
 void free_host_block(std::byte* p) noexcept {
-  ::operator delete (p, std::align_val_t{kHostAlignment});
+  ::operator delete (p, std::align_val_t{host_page_size()});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -573,13 +581,16 @@ CUresult SimDriver::cuMemGetAddressRange(CUdeviceptr* base, std::size_t* size, C
   const Allocation* a = find_locked(ptr, ptr + 1, &start);
   if (a == nullptr)
     return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not memory the driver knows");
-  // Documented for cuMemAlloc/cuMemAllocPitch memory only: anything else is the range
-  // attributes' to answer.
-  if (a->kind != Kind::device)
+  // Documented for cuMemAlloc/cuMemAllocPitch memory; the driver also answers for its other
+  // allocations (numba-cuda's tests size cuMemHostAlloc memory with it on GPUs). Registered
+  // ranges, mappings and opened IPC memory: unobserved, so the range attributes' to answer.
+  if (a->kind != Kind::device && a->kind != Kind::pool && a->kind != Kind::pinned &&
+      a->kind != Kind::managed)
     return fail(CUDA_ERROR_INVALID_VALUE,
                 "cuMemGetAddressRange: " + hex_text(ptr) +
-                    " is not cuMemAlloc/cuMemAllocPitch memory, the only memory the driver "
-                    "documents it for (use CU_POINTER_ATTRIBUTE_RANGE_START_ADDR/RANGE_SIZE)");
+                    " is not memory the driver allocated (cuMemAlloc, cuMemAllocAsync, "
+                    "cuMemAllocHost, cuMemAllocManaged); the simulated driver answers only for "
+                    "those (use CU_POINTER_ATTRIBUTE_RANGE_START_ADDR/RANGE_SIZE)");
   if (base) *base = start;
   if (size) *size = a->size;
   return CUDA_SUCCESS;
