@@ -226,7 +226,7 @@ std::uint64_t page_of(std::vector<char>& buffer, int index = 0) {
 
 TEST(driver_fidelity, registered_memory_is_mapped_for_the_device_only_with_DEVICEMAP) {
   auto b = detail::make_sim_backend();
-  const DriverApi& api = b->state().api;
+  const DriverApi& api = detail::state_of(*b).api;
   std::vector<char> host(3 * 4096);
   const std::uint64_t mapped = page_of(host, 0), unmapped = page_of(host, 1);
   // cai registers with DEVICEMAP: its kernels and memsets reach the memory.
@@ -262,9 +262,9 @@ TEST(driver_fidelity, registered_memory_is_mapped_for_the_device_only_with_DEVIC
 TEST(driver_fidelity,
      kernels_reach_registered_memory_at_its_device_pointer_where_host_pointers_fail) {
   auto b = detail::make_sim_backend();
-  const DriverApi& api = b->state().api;
+  const DriverApi& api = detail::state_of(*b).api;
   constexpr auto kHostPointer = CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM;
-  ASSERT_EQ(b->state().sim->caiSimSetDeviceAttribute(0, kHostPointer, 0), CUDA_SUCCESS);
+  ASSERT_EQ(detail::state_of(*b).sim->caiSimSetDeviceAttribute(0, kHostPointer, 0), CUDA_SUCCESS);
   int can = 1;
   ASSERT_EQ(api.cuDeviceGetAttribute(&can, kHostPointer, 0), CUDA_SUCCESS);
   EXPECT_EQ(can, 0);
@@ -272,7 +272,8 @@ TEST(driver_fidelity,
   const std::uint64_t page = page_of(host);
   b->host_register(page, 4096);
   // The simulator's switch cannot change under registered memory.
-  EXPECT_EQ(b->state().sim->caiSimSetDeviceAttribute(1, kHostPointer, 0), CUDA_ERROR_NOT_PERMITTED);
+  EXPECT_EQ(detail::state_of(*b).sim->caiSimSetDeviceAttribute(1, kHostPointer, 0),
+            CUDA_ERROR_NOT_PERMITTED);
   CUdeviceptr d = 0;
   ASSERT_EQ(api.cuMemHostGetDevicePointer(&d, reinterpret_cast<void*>(page), 0), CUDA_SUCCESS);
   EXPECT_NE(d, page);  // as the driver documents when a device cannot use the host pointer
@@ -302,8 +303,9 @@ TEST(driver_fidelity,
   b->stream_synchronize(s);
   b->stream_destroy(s);
   b->host_unregister(page);
-  EXPECT_EQ(b->state().sim->caiSimSetDeviceAttribute(1, kHostPointer, 0), CUDA_SUCCESS);
-  EXPECT_EQ(b->state().sim->caiSimSetDeviceAttribute(1, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 0),
+  EXPECT_EQ(detail::state_of(*b).sim->caiSimSetDeviceAttribute(1, kHostPointer, 0), CUDA_SUCCESS);
+  EXPECT_EQ(detail::state_of(*b).sim->caiSimSetDeviceAttribute(
+                1, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 0),
             CUDA_ERROR_NOT_SUPPORTED);
 }
 
@@ -335,7 +337,7 @@ TEST(driver_fidelity, read_only_registered_memory_is_read_by_the_device_never_wr
 
 TEST(driver_fidelity, a_pageable_host_to_device_copy_returns_once_the_bytes_are_staged) {
   auto b = detail::make_sim_backend();
-  const DriverApi& api = b->state().api;
+  const DriverApi& api = detail::state_of(*b).api;
   const StreamHandle s = b->stream_create(false);
   const std::uint64_t d = b->alloc(MemoryKind::device, 64);
   std::vector<unsigned char> host(64, 1);
