@@ -892,11 +892,13 @@ void bind_array(nb::module_& m) {
         "DLPack: kDLCUDAHost.");
   m.def(
       "_host_register",
-      [](std::uint64_t ptr, std::size_t bytes) {
+      [](std::uint64_t ptr, std::size_t bytes, bool read_only) {
         NoGil nogil;  // the driver may wait for all device work before it locks
-        device::backend().host_register(ptr, bytes);
+        device::backend().host_register(ptr, bytes, read_only);
       },
-      nb::arg("ptr"), nb::arg("nbytes"), "Page-locks host memory (cai.pinned).");
+      nb::arg("ptr"), nb::arg("nbytes"), nb::arg("read_only") = false,
+      "Page-locks host memory (cai.pinned), mapped for the device; read_only: the device may "
+      "only read it.");
   m.def(
       "_host_locked",
       [](std::uint64_t ptr, std::size_t bytes) {

@@ -145,8 +145,10 @@ class Backend {
   /// Waits until every free_deferred() called so far has freed its memory.
   void flush_frees();
   PointerInfo pointer_info(std::uint64_t ptr);
-  /// Page-locks host memory the caller owns (cuMemHostRegister) until host_unregister.
-  void host_register(std::uint64_t ptr, std::size_t bytes);
+  /// Page-locks host memory the caller owns (cuMemHostRegister) until host_unregister, mapped
+  /// for kernels; `read_only` memory (e.g. mapped read-only) is registered READ_ONLY, and the
+  /// device may then only read it.
+  void host_register(std::uint64_t ptr, std::size_t bytes, bool read_only = false);
   void host_unregister(std::uint64_t ptr);
   /// Throws Error(device_error) unless [r.lo, r.hi) is memory a kernel running on `device`
   /// can dereference, inside one live allocation (the rule every operation applies to array

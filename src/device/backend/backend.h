@@ -175,6 +175,12 @@ struct BackendState {
   /// Backend::free after check_free: the driver call, then the record forgotten.
   void free_checked(const CheckedFree& f);
 
+  /// Where kernels and memsets of `device` reach `ptr`, of memory `info` whose operand starts at
+  /// `lo`: page-locked host memory is reached at cuMemHostGetDevicePointer's address unless the
+  /// device can use host pointers of registered memory (then, and for other memory: ptr).
+  std::uint64_t kernel_address(const PointerInfo& info, std::uint64_t ptr, std::uint64_t lo,
+                               int device);
+
   /// Opens of other processes' memory (ipc_open_memory) not yet closed, by base.
   std::mutex ipc_mu;
   std::unordered_map<std::uint64_t, int> ipc_opened;
@@ -191,6 +197,8 @@ struct BackendState {
   std::mutex context_mu_;
   std::vector<cu::CUcontext> primary_;
   std::vector<signed char> pools_;  // by device: -1 unknown, 0 or 1
+  // By device: CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, -1 until asked.
+  std::vector<signed char> host_pointer_ok_;
   std::mutex module_mu_;
   std::unordered_map<cu::CUcontext, std::unique_ptr<Module>> modules_;
   // Tells this state from a later one at the same address (module_for's per-thread cache).

@@ -240,6 +240,29 @@ bool BackendState::memory_pools_supported(int device) {
   return known == 1;
 }
 
+std::uint64_t BackendState::kernel_address(const PointerInfo& info, std::uint64_t ptr,
+                                           std::uint64_t lo, int device) {
+  if (info.kind != MemoryKind::pinned_host) return ptr;
+  const CUdevice dev = device_of(device, "registered memory");
+  {
+    std::lock_guard lock(context_mu_);
+    signed char& known = host_pointer_ok_[static_cast<std::size_t>(device)];
+    if (known < 0) {
+      int ok = 0;
+      CAI_DRIVER(*this, cuDeviceGetAttribute, &ok,
+                 CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, dev);
+      known = ok != 0 ? 1 : 0;
+    }
+    if (known == 1) return ptr;
+  }
+  // The device address of the whole operand's memory (the same as the host's for memory of
+  // cuMemAllocHost, another for registered memory when a device cannot use host pointers).
+  CUdeviceptr mapped = 0;
+  CAI_DRIVER(*this, cuMemHostGetDevicePointer, &mapped,
+             reinterpret_cast<void*>(static_cast<std::uintptr_t>(lo)), 0);
+  return mapped + (ptr - lo);
+}
+
 StreamMemory stream_alloc(std::size_t bytes, const StreamScope& on) {
   StreamMemory m;
   m.pooled = on.st.memory_pools_supported(on.device);
@@ -455,13 +478,17 @@ PointerInfo Backend::pointer_info(std::uint64_t ptr) {
   return state_->pointer_info(ptr);
 }
 
-void Backend::host_register(std::uint64_t ptr, std::size_t bytes) {
+void Backend::host_register(std::uint64_t ptr, std::size_t bytes, bool read_only) {
   if (bytes == 0) return;
   BackendState& st = *state_;
   detail::check_range("host_register()", "memory", ptr, bytes);
   st.current_context();
+  // Mapped for kernels (DEVICEMAP: without it the driver maps nothing for the device), for
+  // every context; READ_ONLY is what lets the driver register memory mapped read-only.
+  const unsigned flags = kMemHostRegisterPortable | kMemHostRegisterDeviceMap |
+                         (read_only ? kMemHostRegisterReadOnly : 0u);
   CAI_DRIVER(st, cuMemHostRegister, reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)),
-             bytes, kMemHostRegisterPortable);
+             bytes, flags);
   st.remember(ptr, bytes, MemoryKind::pinned_host, false);
 }
 

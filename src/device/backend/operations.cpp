@@ -181,8 +181,10 @@ void Backend::memset_async(std::uint64_t dst, int byte, std::size_t bytes, Strea
   BackendState& st = *state_;
   StreamScope on(st, stream);
   const auto value = static_cast<unsigned char>(byte);
-  if (kernel_can_access(st.check_memory(where, "dst", r, false, on.device), on.device)) {
-    CAI_DRIVER(st, cuMemsetD8Async, dst, value, bytes, stream);
+  const PointerInfo info = st.check_memory(where, "dst", r, false, on.device);
+  if (kernel_can_access(info, on.device)) {
+    CAI_DRIVER(st, cuMemsetD8Async, st.kernel_address(info, dst, r.lo, on.device), value, bytes,
+               stream);
     return;
   }
   // Another device's memory: set a local buffer, let cuMemcpyAsync cross over.
@@ -249,8 +251,16 @@ void Backend::copy_strided_async(const Operand& dst, const Operand& src, StreamH
   Operand from = src, to = dst;
   // The source is staged when the kernel cannot read it, or so that the result does not
   // depend on the order the threads run in when it overlaps the destination.
-  if (overlap || !kernel_can_access(sinfo, on.device)) from.ptr = stage.in(src.ptr, sr);
-  if (!kernel_can_access(dinfo, on.device)) to.ptr = stage.out(dst.ptr, dr, layout.is_dense());
+  if (overlap || !kernel_can_access(sinfo, on.device)) {
+    from.ptr = stage.in(src.ptr, sr);
+  } else {
+    from.ptr = st.kernel_address(sinfo, src.ptr, sr.lo, on.device);
+  }
+  if (!kernel_can_access(dinfo, on.device)) {
+    to.ptr = stage.out(dst.ptr, dr, layout.is_dense());
+  } else {
+    to.ptr = st.kernel_address(dinfo, dst.ptr, dr.lo, on.device);
+  }
   detail::copy_kernel(on, to, from);
   stage.finish();
 }
@@ -268,8 +278,9 @@ void Backend::fill_async(const Operand& dst, const void* value, StreamHandle s) 
   StreamScope on(st, stream);
   const PointerInfo info = st.check_memory(where, "dst", dr, false, on.device);
   Staging stage(on);
-  std::uint64_t dp = dst.ptr;
-  if (!kernel_can_access(info, on.device)) dp = stage.out(dst.ptr, dr, layout.is_dense());
+  const std::uint64_t dp = kernel_can_access(info, on.device)
+                               ? st.kernel_address(info, dst.ptr, dr.lo, on.device)
+                               : stage.out(dst.ptr, dr, layout.is_dense());
   detail::launch(on, kernels::plan_fill(where, dp, kernels::merge_operands<1>({&dst}),
                                         layout.itemsize(), value));
   stage.finish();
@@ -296,11 +307,20 @@ void Backend::elementwise_async(ElementwiseOp op, ElementType type,
                     std::span(infos.data(), operands.size()));
   const std::size_t align = detail::kAlignment[static_cast<int>(type)];
   std::array<const Operand*, CAI_KERNEL_MAX_OPERANDS> ops{};
+  // Operands at another address for the kernel (registered memory), or staged copies.
+  std::array<std::optional<Operand>, CAI_KERNEL_MAX_OPERANDS> staged;
   bool in_place = true;
   for (std::size_t k = 0; k < operands.size(); ++k) {
     ops[k] = &operands[k];
-    in_place =
-        in_place && kernel_can_access(infos[k], on.device) && detail::aligned(operands[k], align);
+    const bool reachable = kernel_can_access(infos[k], on.device);
+    if (reachable && infos[k].kind == MemoryKind::pinned_host) {
+      const std::uint64_t p = st.kernel_address(infos[k], operands[k].ptr, ranges[k].lo, on.device);
+      if (p != operands[k].ptr) {
+        staged[k].emplace(operands[k]).ptr = p;
+        ops[k] = &*staged[k];
+      }
+    }
+    in_place = in_place && reachable && detail::aligned(operands[k], align);
   }
   const std::span<const Operand* const> used(ops.data(), operands.size());
   if (in_place) {
@@ -309,7 +329,6 @@ void Backend::elementwise_async(ElementwiseOp op, ElementType type,
   }
   // The operands as given, or a staged copy where the kernel cannot use them in place.
   Staging stage(on);
-  std::array<std::optional<Operand>, CAI_KERNEL_MAX_OPERANDS> staged;
   for (std::size_t k = 0; k < operands.size(); ++k) {
     const bool out = k == 0;
     if (!kernel_can_access(infos[k], on.device)) {
