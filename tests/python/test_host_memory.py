@@ -6,6 +6,7 @@ waits. Asynchrony is shown with cai.sim.hold, cai.sim.delay and stream.query(), 
 clock."""
 
 import contextlib
+import mmap
 import threading
 
 import numpy as np
@@ -151,6 +152,27 @@ def test_pinned_page_locks_numpy_arrays_for_a_block():
             pass
     with cai.pinned(np.zeros(0)):  # nothing to lock
         pass
+
+
+def test_pinned_locks_pages_of_read_only_arrays_read_only():
+    # Whole pages of their own, so that no other array shares them.
+    page = mmap.PAGESIZE
+    buf = np.zeros(4 * page, np.uint8)
+    start = -buf.ctypes.data % page
+    mine = buf[start + page:start + 2 * page]
+    mine[:] = 7
+    ro = mine.view()
+    ro.flags.writeable = False
+    d = cai.to_device(np.arange(page, dtype=np.uint32).astype(np.uint8))
+    with cai.pinned(ro):
+        np.testing.assert_array_equal(cai.to_device(ro).copy_to_host(), 7)  # the device reads
+        # The driver was told READ_ONLY: a device write through a writable alias is refused.
+        with pytest.raises(Exception, match="READ_ONLY"):
+            d.copy_to_host(mine)
+    np.testing.assert_array_equal(mine, 7)
+    with cai.pinned(ro, mine):  # a writable array on the same page: locked for writing
+        d.copy_to_host(mine)
+    np.testing.assert_array_equal(mine, d.copy_to_host())
 
 
 def test_a_failed_pinned_block_unlocks_what_it_locked():
