@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -566,14 +567,32 @@ bool is_callers_memory(nb::handle host, nb::handle value) {
          nb::cast<bool>(np.attr("may_share_memory")(host, value));
 }
 
+// Where in `value` (itself, or an item of its nested lists and tuples, as NumPy reads them)
+// a numpy.ma.MaskedArray or numpy.ma.masked is: "" for `value` itself, "[i][j]" for an item.
+std::optional<std::string> find_host_mask(nb::handle value, PyTypeObject* masked, int depth) {
+  if (PyObject_TypeCheck(value.ptr(), masked)) return std::string();
+  if (depth > max_ndim || (!PyList_Check(value.ptr()) && !PyTuple_Check(value.ptr())))
+    return std::nullopt;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(value.ptr());
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    nb::handle item(PySequence_Fast_GET_ITEM(value.ptr(), i));
+    if (auto at = find_host_mask(item, masked, depth + 1))
+      return "[" + std::to_string(i) + "]" + *at;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 void refuse_host_mask(nb::handle value, const char* entry) {
-  if (!nb::isinstance(value, numpy_module().attr("ma").attr("MaskedArray"))) return;
+  // Kept from the first call, as numpy_module() is.
+  static nb::handle masked = nb::object(numpy_module().attr("ma").attr("MaskedArray")).release();
+  const auto at = find_host_mask(value, reinterpret_cast<PyTypeObject*>(masked.ptr()), 0);
+  if (!at) return;
   throw_error(Errc::type_error,
-              std::string(entry) +
-                  ": the host data is a numpy.ma.MaskedArray, and its mask would be dropped here; "
-                  "pass .filled(value) or .data, or attach a mask on the device "
+              std::string(entry) + ": the host data " + (at->empty() ? "is" : "holds at " + *at) +
+                  " a numpy.ma.MaskedArray, and its mask would be dropped here; pass "
+                  ".filled(value) or .data, or attach a mask on the device "
                   "(cai.from_cuda_array_interface with a 'mask')");
 }
 
@@ -654,15 +673,25 @@ std::string array_repr(PyArray& self) {
 
 View allocate_like(DType dtype, std::span<const std::int64_t> shape, nb::handle strides,
                    bool fortran, const sync::StreamRef& stream, device::MemoryKind kind) {
-  if (strides.is_none()) return View::allocate(std::move(dtype), shape, fortran, stream, kind);
-  // Explicit strides: allocate the extent they span.
-  Dims st = read_dims(strides, "strides", DimsForm::argument);
-  Layout layout(Dims(shape), std::move(st), dtype.itemsize());
-  if (layout.may_overlap())
-    throw_error(Errc::value_error,
-                "device_array(): strides make elements overlap; each element "
-                "must have its own bytes");
-  return View::allocate(std::move(dtype), std::move(layout), stream, kind);
+  std::optional<Layout> layout;
+  if (!strides.is_none()) {
+    // Explicit strides: allocate the extent they span.
+    Dims st = read_dims(strides, "strides", DimsForm::argument);
+    layout.emplace(Dims(shape), std::move(st), dtype.itemsize());
+    if (layout->may_overlap())
+      throw_error(Errc::value_error,
+                  "device_array(): strides make elements overlap; each element "
+                  "must have its own bytes");
+  }
+  const auto allocate = [&] {
+    return layout ? View::allocate(std::move(dtype), std::move(*layout), stream, kind)
+                  : View::allocate(std::move(dtype), shape, fortran, stream, kind);
+  };
+  // Only device memory may come from the Python allocator hook. Page-locked memory
+  // (cuMemAllocHost, cuMemHostAlloc) waits for all device work: without the GIL.
+  if (kind == device::MemoryKind::device) return allocate();
+  NoGil nogil;
+  return allocate();
 }
 
 // device_array, managed_array and mapped_array: Numba's signatures, one memory kind each.
@@ -884,11 +913,27 @@ void bind_array(nb::module_& m) {
         nb::arg("owner"), nb::arg("desc"), nb::arg("dtype"));
   m.def(
       "_host_register",
-      [](std::uint64_t ptr, std::size_t bytes) {
+      [](std::uint64_t ptr, std::size_t bytes, bool read_only) {
         NoGil nogil;  // the driver may wait for all device work before it locks
-        device::backend().host_register(ptr, bytes);
+        device::backend().host_register(ptr, bytes, read_only);
       },
-      nb::arg("ptr"), nb::arg("nbytes"), "Page-locks host memory (cai.pinned).");
+      nb::arg("ptr"), nb::arg("nbytes"), nb::arg("read_only") = false,
+      "Page-locks host memory (cai.pinned), mapped for the device; read_only: the device may "
+      "only read it.");
+  m.def(
+      "_host_locked",
+      [](std::uint64_t ptr, std::size_t bytes) {
+        // Memory the driver page-locked itself (cuMemAllocHost, cuMemHostAlloc, an enclosing
+        // cai.pinned block) or manages (cuMemAllocManaged): nothing for cai.pinned to lock.
+        if (bytes == 0) return false;
+        const device::PointerInfo info = device::backend().pointer_info(ptr);
+        if (info.kind != device::MemoryKind::pinned_host &&
+            info.kind != device::MemoryKind::managed)
+          return false;
+        return ptr - info.alloc_base + bytes <= info.alloc_size;
+      },
+      nb::arg("ptr"), nb::arg("nbytes"),
+      "Whether [ptr, ptr + nbytes) lies wholly in one page-locked or managed allocation.");
   m.def("_host_unregister", exit_safe([](std::uint64_t ptr) {
           NoGil nogil;  // the driver waits for all device work before it unlocks
           device::backend().host_unregister(ptr);

@@ -168,6 +168,8 @@ DLDataType dlpack_dtype_of(PyArray& a, const char* entry) {
 
 template <class Managed>
 Managed* borrow_export(PyArray& a, nb::handle obj, std::uint64_t flags, const char* entry) {
+  if constexpr (!std::is_same_v<Managed, DLManagedTensorVersioned>)
+    require_whole_bytes(dlpack_dtype_of(a, entry), entry, "a legacy (unversioned) tensor");
   auto* e = static_cast<BorrowedExport<Managed>*>(PyMem_Malloc(sizeof(BorrowedExport<Managed>)));
   if (!e) throw std::bad_alloc();
   // Every field is set below: no zero-filling of the whole struct first.
@@ -180,7 +182,8 @@ Managed* borrow_export(PyArray& a, nb::handle obj, std::uint64_t flags, const ch
   }
   if constexpr (std::is_same_v<Managed, DLManagedTensorVersioned>) {
     e->managed.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
-    e->managed.flags = flags | (a.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
+    e->managed.flags = flags | (a.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+                       dlpack_storage_flags(e->managed.dl_tensor.dtype);
   }
   static_assert(std::is_trivially_copyable_v<BorrowedExport<Managed>>);
   e->managed.manager_ctx = e;
@@ -408,11 +411,12 @@ int api_to_py_object(DLManagedTensorVersioned* tensor, void** out_py_object) {
 int api_dltensor_from_py_object(void* py_object, DLTensor* out) {
   return guarded([&] {
     PyArray& a = exchanged(py_object);
+    constexpr const char* entry = "dlpack exchange API";
+    const DLDataType dtype = dlpack_dtype_of(a, entry);
+    require_whole_bytes(dtype, entry, "a DLTensor (dltensor_from_py_object)");
     order_before_work_stream(a);
     if (!a.readonly()) note_write();
-    constexpr const char* entry = "dlpack exchange API";
-    fill_dltensor(a.ptr(), dlpack_dtype_of(a, entry), a.shape(), element_strides_of(a, entry),
-                  a.device(), *out);
+    fill_dltensor(a.ptr(), dtype, a.shape(), element_strides_of(a, entry), a.device(), *out);
   });
 }
 

@@ -37,7 +37,7 @@ _MAX_MASK_DEPTH: int = _cai._MAX_MASK_DEPTH
 _ML_DTYPES = frozenset({
     "bfloat16", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
     "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn",
-    "float6_e3m2fn", "float4_e2m1fn",
+    "float6_e3m2fn", "float4_e2m1fn", "int4", "uint4", "int2", "uint2",
 })
 
 

@@ -111,7 +111,11 @@ class pinned:
     """`with cai.pinned(a, b):` page-locks the memory of existing NumPy arrays for the block
     (as numba.cuda.pinned), so that copies with a stream are queued without the host waiting.
     The driver locks whole pages, once each: arrays that share pages (views of one array, or
-    small arrays side by side) are locked together, as one range."""
+    small arrays side by side) are locked together, as one range. An array already in
+    page-locked or managed memory (pinned_array, mapped_array, managed_array, or an array an
+    enclosing block locked) is left as it is: nothing to lock, nothing to unlock. Pages that
+    hold only read-only arrays (`a.flags.writeable` False, e.g. `np.load(..., mmap_mode="r")`)
+    are locked read-only: the device may read them, never write them."""
 
     def __init__(self, *arrays: Any) -> None:
         self._arrays = arrays
@@ -130,16 +134,21 @@ class pinned:
                 raise TypeError(f"cai.pinned(): expected NumPy arrays, got {type(a).__name__}")
             if a.nbytes:
                 lo, hi = byte_bounds(a)
-                ranges.append((lo // page * page, -(-hi // page) * page))
-        merged: list[list[int]] = []
-        for lo, hi in sorted(ranges):
+                if _cai._host_locked(lo, hi - lo):
+                    continue  # page-locked already (pinned_array, mapped_array, an outer block)
+                ranges.append((lo // page * page, -(-hi // page) * page, not a.flags.writeable))
+        # [lo, hi, read_only]: a range is locked read-only (the device may only read it, and
+        # memory mapped read-only can be locked at all) when every array in it is read-only.
+        merged: list[list[Any]] = []
+        for lo, hi, read_only in sorted(ranges):
             if merged and lo <= merged[-1][1]:
                 merged[-1][1] = max(merged[-1][1], hi)
+                merged[-1][2] = merged[-1][2] and read_only
             else:
-                merged.append([lo, hi])
+                merged.append([lo, hi, read_only])
         try:
-            for lo, hi in merged:
-                _cai._host_register(lo, hi - lo)
+            for lo, hi, read_only in merged:
+                _cai._host_register(lo, hi - lo, read_only)
                 self._registered.append(lo)
         except BaseException:
             self.__exit__(None, None, None)

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "cai/core/error.h"
 
@@ -23,6 +24,21 @@ struct ExportCtx {
 template <class Managed>
 void delete_export(Managed* m) {
   delete static_cast<ExportCtx<Managed>*>(m->manager_ctx);
+}
+
+// DLPack reads a sub-byte type (bits < 8) as packed unless a versioned tensor sets
+// IS_SUBBYTE_TYPE_PADDED; cai stores one element per byte, as ml_dtypes does.
+bool sub_byte(DLDataType t) noexcept {
+  return t.bits < 8;
+}
+
+[[noreturn]] void refuse_sub_byte(DLDataType t, const char* entry, const char* form) {
+  throw_error(Errc::buffer_error,
+              std::string(entry) + ": a " + std::to_string(t.bits) +
+                  "-bit type is stored one element per byte here, and " + form +
+                  " cannot say so (DLPack reads sub-byte data as packed unless a versioned "
+                  "tensor sets DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED); ask for "
+                  "max_version=(1, 0) or later");
 }
 
 template <class Managed>
@@ -45,6 +61,9 @@ ExportCtx<Managed>* make_export(const View& v, const char* entry, const DLDevice
   } catch (const Error& e) {
     throw_error(Errc::buffer_error, std::string(entry) + ": " + e.what());
   }
+  if constexpr (!std::is_same_v<Managed, DLManagedTensorVersioned>) {
+    if (sub_byte(t.dtype)) refuse_sub_byte(t.dtype, entry, "a legacy (unversioned) tensor");
+  }
   t.shape = ctx->shape.data();
   // Since DLPack 1.2 strides are never NULL for ndim > 0.
   t.strides = ctx->strides.data();
@@ -55,7 +74,7 @@ ExportCtx<Managed>* make_export(const View& v, const char* entry, const DLDevice
 }
 
 // The array of a tensor, checked.
-DlpackArray read_tensor(const DLTensor& t, DlpackImport info, const char* entry) {
+DlpackArray read_tensor(const DLTensor& t, DlpackImport info, bool padded, const char* entry) {
   if (t.ndim < 0 || t.ndim > max_ndim)
     throw_error(Errc::buffer_error, std::string(entry) + ": ndim " + std::to_string(t.ndim) +
                                         " is out of range [0, " + std::to_string(max_ndim) + "]");
@@ -68,6 +87,12 @@ DlpackArray read_tensor(const DLTensor& t, DlpackImport info, const char* entry)
   } catch (const Error& e) {
     throw_error(Errc::buffer_error, e.what());
   }
+  if (sub_byte(t.dtype) && !padded)
+    throw_error(Errc::buffer_error,
+                std::string(entry) + ": the " + std::to_string(t.dtype.bits) +
+                    "-bit elements are packed (DLPack's default: the producer did not set "
+                    "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED), and cai stores one element "
+                    "per byte as ml_dtypes does; unpack them in the producer first");
   const auto n = static_cast<std::size_t>(t.ndim);
   Dims shape(std::span<const std::int64_t>(t.shape, n));
   Dims strides(n);
@@ -146,7 +171,8 @@ DLManagedTensorVersioned* to_dlpack_versioned(const View& v, std::uint64_t flags
                                               const DLDevice* device) {
   auto* ctx = make_export<DLManagedTensorVersioned>(v, "__dlpack__()", device);
   ctx->managed.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
-  ctx->managed.flags = flags | (v.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
+  ctx->managed.flags = flags | (v.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+                       dlpack_storage_flags(ctx->managed.dl_tensor.dtype);
   return &ctx->managed;
 }
 
@@ -167,11 +193,11 @@ DlpackArray read_dlpack(const DLManagedTensorVersioned& t) {
   return read_tensor(t.dl_tensor,
                      {t.dl_tensor.device, (t.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0,
                       (t.flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0},
-                     entry);
+                     (t.flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0, entry);
 }
 
 DlpackArray read_dlpack(const DLManagedTensor& t) {
-  return read_tensor(t.dl_tensor, {t.dl_tensor.device, false, false}, "from_dlpack()");
+  return read_tensor(t.dl_tensor, {t.dl_tensor.device, false, false}, false, "from_dlpack()");
 }
 
 View from_dlpack(DLManagedTensorVersioned* t, std::shared_ptr<const void> keep,
@@ -195,6 +221,14 @@ View from_dlpack(DLManagedTensor* t, std::shared_ptr<const void> keep,
 void fill_dltensor(const View& v, const Dims& element_strides, DLTensor& out) {
   fill_dltensor(v.ptr(), dlpack_dtype(v.dtype(), "__dlpack__()"), v.shape(), element_strides,
                 dlpack_device(v), out);
+}
+
+std::uint64_t dlpack_storage_flags(DLDataType t) noexcept {
+  return sub_byte(t) ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0;
+}
+
+void require_whole_bytes(DLDataType t, const char* entry, const char* form) {
+  if (sub_byte(t)) refuse_sub_byte(t, entry, form);
 }
 
 DLDataType dlpack_dtype(const DType& dtype, const char* entry) {

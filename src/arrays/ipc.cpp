@@ -261,6 +261,62 @@ std::string memory_kind_text(device::MemoryKind k) {
   }
 }
 
+// The record of an allocation this process shares, made on its first export (st.mu held).
+std::shared_ptr<ExportRecord> export_record_locked(State& st, device::Backend& backend,
+                                                   const device::PointerInfo& info,
+                                                   const char* where) {
+  std::shared_ptr<ExportRecord>& record = st.exports[info.alloc_base];
+  if (record) return record;
+  auto r = std::make_shared<ExportRecord>();
+  try {
+    const DeviceGuard on(info.device);
+    r->memory = backend.ipc_export_memory(info.alloc_base);
+    SharedMapping& control = own_control_locked(st);
+    if (!st.free_slots.empty()) {
+      r->slot = st.free_slots.back();
+      st.free_slots.pop_back();
+    } else if (st.next_slot < kSlots) {
+      r->slot = st.next_slot++;
+    } else {
+      throw_error(Errc::value_error, std::string(where) + ": this process shares " +
+                                         std::to_string(kSlots) +
+                                         " allocations already; release some first");
+    }
+    r->generation = slot_of(control, r->slot).generation.load();
+  } catch (...) {
+    st.exports.erase(info.alloc_base);
+    throw;
+  }
+  r->base = info.alloc_base;
+  r->device = info.device;
+  record = std::move(r);
+  return record;
+}
+
+// Work queued on the array before the export is seen by the importer's first use (no host
+// wait) through an IPC event of its stream, recorded now; none when nothing is pending
+// (st.mu held, the array's device current).
+std::optional<device::IpcEventHandle> export_event_locked(ExportRecord& record, const View& v,
+                                                          device::Backend& backend) {
+  const auto stream = v.sync()->export_handle(backend);
+  if (!stream) return std::nullopt;
+  const sync::StreamRef ref(*stream);
+  ExportEvent& e = record.events[{ref.handle, ref.thread}];
+  if (e.event == 0) {
+    const device::EventHandle made = backend.ipc_event_create();
+    try {
+      e.handle = backend.ipc_export_event(made);
+    } catch (...) {
+      backend.event_destroy(made);
+      record.events.erase({ref.handle, ref.thread});
+      throw;
+    }
+    e.event = made;
+  }
+  backend.event_record(e.event, *stream);
+  return e.handle;
+}
+
 }  // namespace
 
 static IpcArrayHandle export_unmasked(const View& v) {
@@ -312,53 +368,12 @@ static IpcArrayHandle export_unmasked(const View& v) {
       return h;
     }
   }
-  std::shared_ptr<ExportRecord>& record = st.exports[info.alloc_base];
-  if (!record) {
-    auto r = std::make_shared<ExportRecord>();
-    try {
-      const DeviceGuard on(info.device);
-      r->memory = backend.ipc_export_memory(info.alloc_base);
-      SharedMapping& control = own_control_locked(st);
-      if (!st.free_slots.empty()) {
-        r->slot = st.free_slots.back();
-        st.free_slots.pop_back();
-      } else if (st.next_slot < kSlots) {
-        r->slot = st.next_slot++;
-      } else {
-        throw_error(Errc::value_error, std::string(where) + ": this process shares " +
-                                           std::to_string(kSlots) +
-                                           " allocations already; release some first");
-      }
-      r->generation = slot_of(control, r->slot).generation.load();
-    } catch (...) {
-      st.exports.erase(info.alloc_base);
-      throw;
-    }
-    r->base = info.alloc_base;
-    r->device = info.device;
-    record = std::move(r);
-  }
+  const std::shared_ptr<ExportRecord> record = export_record_locked(st, backend, info, where);
   record->keep_owner(v.owner());
   const DeviceGuard on(info.device);
-  if (const auto stream = v.sync()->export_handle(backend)) {
-    // Work queued before this call is seen by the importer's first use (no host wait), through
-    // the event of this stream.
-    const sync::StreamRef ref(*stream);
-    ExportEvent& e = record->events[{ref.handle, ref.thread}];
-    if (e.event == 0) {
-      const device::EventHandle made = backend.ipc_event_create();
-      try {
-        e.handle = backend.ipc_export_event(made);
-      } catch (...) {
-        backend.event_destroy(made);
-        record->events.erase({ref.handle, ref.thread});
-        throw;
-      }
-      e.event = made;
-    }
-    backend.event_record(e.event, *stream);
+  if (const auto event = export_event_locked(*record, v, backend)) {
     h.has_event = true;
-    h.event = e.handle;
+    h.event = *event;
   }
   h.memory = record->memory;
   h.owner_pid = ProcessId::self().pid;
@@ -400,9 +415,13 @@ static IpcArrayHandle issue_unmasked(const IpcArrayHandle& h) {
   return out;
 }
 
-static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream) {
-  constexpr const char* where = "IpcHandle.open()";
-  auto& backend = device::backend();
+namespace {
+
+// The parts of open_unmasked. Every field of `h` came from another process: each is checked
+// before it is used.
+
+// A handle of this machine (since its boot) and of this process's backend.
+void check_origin(const IpcArrayHandle& h, device::Backend& backend, const char* where) {
   if (h.boot_id != device::detail::boot_id()) {
     throw_error(Errc::value_error, std::string(where) +
                                        ": the handle was made on another machine or before this "
@@ -415,20 +434,12 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
                                        h.backend + "\" backend, this process uses \"" +
                                        std::string(backend.name()) + "\" (CAI_BACKEND)");
   }
-  Layout layout(h.shape, h.strides, h.dtype.itemsize());
-  if (!h.has_memory) {
-    return View(0, h.dtype, std::move(layout), h.readonly,
-                std::make_shared<sync::SyncState>(stream), nullptr);
-  }
-  const Layout::Extent ext = layout.extent();
-  if (static_cast<std::int64_t>(h.offset) + ext.lo < 0 ||
-      h.offset + static_cast<std::uint64_t>(ext.hi) > h.alloc_size) {
-    throw_error(Errc::value_error,
-                std::string(where) + ": the array reaches outside its allocation of " +
-                    std::to_string(h.alloc_size) + " bytes; the handle is corrupt");
-  }
+}
+
+// The device here with the exporter's uuid, whatever its number; the stream must be on it.
+int device_of(const IpcArrayHandle& h, device::Backend& backend, const sync::StreamRef& stream,
+              const char* where) {
   State& st = state();
-  // The device: the one with the exporter's uuid, whatever its number here.
   int device = -1;
   {
     std::lock_guard lock(st.mu);
@@ -451,138 +462,185 @@ static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream
                                        std::to_string(backend.stream_device(stream.handle)) +
                                        " but the memory is on device " + std::to_string(device));
   }
-  const DeviceGuard on(device);
+  return device;
+}
 
+// Uses the handle's ticket (once, for the bytes and access it grants): the lease that gives it
+// back when the opened array dies. Null for a handle of this process without a ticket.
+std::shared_ptr<Lease> take_ticket(const IpcArrayHandle& h,
+                                   const std::shared_ptr<SharedMapping>& control,
+                                   const char* where) {
+  if (h.ticket == 0) {
+    if (!is_self(h.owner_pid, h.owner_start)) {
+      throw_error(Errc::value_error, std::string(where) +
+                                         ": the handle carries no reference; only a handle "
+                                         "received from another process (pickled) can be opened");
+    }
+    return nullptr;
+  }
+  State& st = state();
+  const TicketKey key{h.owner_pid, h.owner_start, h.ticket};
+  std::lock_guard lock(st.mu);
+  if (st.opened.count(key) != 0) {
+    throw_error(Errc::value_error, std::string(where) +
+                                       ": this handle was opened in this process already; a "
+                                       "handle opens once (send another for another array)");
+  }
+  const detail::TicketGrant wanted = grant_of(h);
+  if (!detail::use_ticket(cells_of(*control), h.ticket, h.slot, &wanted)) {
+    if (detail::ticket_was_used(cells_of(*control), h.ticket)) {
+      throw_error(Errc::value_error, std::string(where) +
+                                         ": this handle was opened (or given back) already, "
+                                         "by another process (or earlier by this one); a "
+                                         "handle opens once");
+    }
+    throw_error(Errc::value_error, std::string(where) + ": ticket " + std::to_string(h.ticket) +
+                                       " was not issued by process " + std::to_string(h.owner_pid) +
+                                       " for this memory and this array (its offset, shape, "
+                                       "strides, dtype and read-only flag), or was used long "
+                                       "ago; the handle is corrupt");
+  }
+  st.opened.insert(key);
+  auto lease = std::make_shared<Lease>();
+  lease->control = control;
+  lease->slot = h.slot;
+  std::erase_if(st.leases, [](const auto& l) { return l.expired(); });
+  st.leases.push_back(lease);
+  lease->ticket = key;  // last: a lease that dies under this lock must not take it again
+  return lease;
+}
+
+struct OpenedMemory {
+  std::uint64_t base = 0;
+  std::shared_ptr<const void> memory;  // what keeps the allocation (or its mapping) alive
+};
+
+// Our own memory came back: the original allocation, after the handle's event.
+OpenedMemory open_own(const IpcArrayHandle& h, device::Backend& backend,
+                      const sync::StreamRef& stream, const char* where) {
+  State& st = state();
+  OpenedMemory out;
+  std::lock_guard lock(st.mu);
+  for (const auto& [b, record] : st.exports) {
+    if (record->slot == h.slot && record->generation == h.generation) {
+      out.base = b;
+      out.memory = record;
+    }
+  }
+  if (!out.memory) {
+    throw_error(Errc::value_error, std::string(where) +
+                                       ": the handle is stale: this process "
+                                       "released the memory it names");
+  }
+  if (backend.pointer_info(out.base).alloc_size != h.alloc_size) {
+    throw_error(Errc::value_error, std::string(where) + ": the handle's allocation size " +
+                                       std::to_string(h.alloc_size) +
+                                       " is not that of the memory it names; the handle is "
+                                       "corrupt");
+  }
+  if (h.has_event) {
+    // The event of the stream the handle was made from.
+    const auto* record = static_cast<const ExportRecord*>(out.memory.get());
+    for (const auto& [key, e] : record->events) {
+      if (e.handle.bytes == h.event.bytes) sync::wait_for_event(backend, stream.handle, e.event);
+    }
+  }
+  return out;
+}
+
+// Another process's memory: mapped once per shared allocation, after the exporter's event.
+OpenedMemory open_foreign(const IpcArrayHandle& h, const std::shared_ptr<SharedMapping>& control,
+                          int device, device::Backend& backend, const sync::StreamRef& stream,
+                          const char* where) {
+  State& st = state();
+  const OriginKey key{h.owner_pid, h.owner_start, h.slot, h.generation};
+  std::shared_ptr<ImportMapping> mapping;
+  {
+    std::lock_guard lock(st.mu);
+    mapping = st.imports[key].lock();
+  }
+  if (!mapping) {
+    mapping = std::make_shared<ImportMapping>();
+    mapping->device = device;
+    mapping->control = control;
+    mapping->origin = h;
+    mapping->origin.keep = nullptr;
+    mapping->base = backend.ipc_open_memory(h.memory);
+    std::lock_guard lock(st.mu);
+    std::erase_if(st.imports, [](const auto& e) { return e.second.expired(); });
+    std::erase_if(st.imports_by_base, [](const auto& e) { return e.second.expired(); });
+    st.imports[key] = mapping;
+    st.imports_by_base[mapping->base] = mapping;
+  } else if (mapping->origin.memory.bytes != h.memory.bytes) {
+    // The same shared allocation is named by the same driver handle: another one is forged.
+    throw_error(Errc::value_error, std::string(where) +
+                                       ": the handle's memory descriptor differs from the one "
+                                       "this process opened for the same shared allocation; "
+                                       "the handle is corrupt");
+  }
+  const std::uint64_t base = mapping->base;
+  // The driver mapped what the exporter shared, which must cover the handle's allocation.
+  // It may map more: the driver shares the whole underlying block (2 MiB for small ones).
+  const device::PointerInfo mapped = backend.pointer_info(base);
+  if (mapped.alloc_base > base || mapped.alloc_base + mapped.alloc_size < base + h.alloc_size) {
+    throw_error(
+        Errc::value_error,
+        std::string(where) + ": the handle says its allocation has " +
+            std::to_string(h.alloc_size) + " bytes, the memory shared has " +
+            std::to_string(mapped.alloc_base <= base && base - mapped.alloc_base < mapped.alloc_size
+                               ? mapped.alloc_size - (base - mapped.alloc_base)
+                               : 0) +
+            "; the handle is corrupt");
+  }
+  if (h.has_event) {
+    // The exporter's queued work comes first, without blocking the host.
+    const device::EventHandle e = backend.ipc_open_event(h.event);
+    try {
+      sync::wait_for_event(backend, stream.handle, e);
+    } catch (...) {
+      backend.event_destroy(e);
+      throw;
+    }
+    backend.event_destroy(e);
+  }
+  return {base, std::move(mapping)};
+}
+
+}  // namespace
+
+static View open_unmasked(const IpcArrayHandle& h, const sync::StreamRef& stream) {
+  constexpr const char* where = "IpcHandle.open()";
+  auto& backend = device::backend();
+  check_origin(h, backend, where);
+  Layout layout(h.shape, h.strides, h.dtype.itemsize());
+  if (!h.has_memory) {
+    return View(0, h.dtype, std::move(layout), h.readonly,
+                std::make_shared<sync::SyncState>(stream), nullptr);
+  }
+  const Layout::Extent ext = layout.extent();
+  if (static_cast<std::int64_t>(h.offset) + ext.lo < 0 ||
+      h.offset + static_cast<std::uint64_t>(ext.hi) > h.alloc_size) {
+    throw_error(Errc::value_error,
+                std::string(where) + ": the array reaches outside its allocation of " +
+                    std::to_string(h.alloc_size) + " bytes; the handle is corrupt");
+  }
+  const int device = device_of(h, backend, stream, where);
+  const DeviceGuard on(device);
   auto control = control_of(h, where);
   require_slot(h, *control, where);
-  auto lease = std::shared_ptr<Lease>();
-  std::shared_ptr<const void> memory;
-  std::uint64_t base = 0;
-  if (h.ticket != 0) {
-    const TicketKey key{h.owner_pid, h.owner_start, h.ticket};
-    std::lock_guard lock(st.mu);
-    if (st.opened.count(key) != 0) {
-      throw_error(Errc::value_error, std::string(where) +
-                                         ": this handle was opened in this process already; a "
-                                         "handle opens once (send another for another array)");
-    }
-    const detail::TicketGrant wanted = grant_of(h);
-    if (!detail::use_ticket(cells_of(*control), h.ticket, h.slot, &wanted)) {
-      if (detail::ticket_was_used(cells_of(*control), h.ticket)) {
-        throw_error(Errc::value_error, std::string(where) +
-                                           ": this handle was opened (or given back) already, "
-                                           "by another process (or earlier by this one); a "
-                                           "handle opens once");
-      }
-      throw_error(Errc::value_error, std::string(where) + ": ticket " + std::to_string(h.ticket) +
-                                         " was not issued by process " +
-                                         std::to_string(h.owner_pid) +
-                                         " for this memory and this array (its offset, shape, "
-                                         "strides, dtype and read-only flag), or was used long "
-                                         "ago; the handle is corrupt");
-    }
-    st.opened.insert(key);
-    lease = std::make_shared<Lease>();
-    lease->control = control;
-    lease->slot = h.slot;
-    std::erase_if(st.leases, [](const auto& l) { return l.expired(); });
-    st.leases.push_back(lease);
-    lease->ticket = key;  // last: a lease that dies under this lock must not take it again
-  } else if (!is_self(h.owner_pid, h.owner_start)) {
-    throw_error(Errc::value_error, std::string(where) +
-                                       ": the handle carries no reference; only a handle "
-                                       "received from another process (pickled) can be opened");
-  }
-
-  if (is_self(h.owner_pid, h.owner_start)) {
-    // Our own memory came back: a view of the original allocation.
-    std::lock_guard lock(st.mu);
-    for (const auto& [b, record] : st.exports) {
-      if (record->slot == h.slot && record->generation == h.generation) {
-        base = b;
-        memory = record;
-      }
-    }
-    if (!memory) {
-      throw_error(Errc::value_error, std::string(where) +
-                                         ": the handle is stale: this process "
-                                         "released the memory it names");
-    }
-    if (backend.pointer_info(base).alloc_size != h.alloc_size) {
-      throw_error(Errc::value_error, std::string(where) + ": the handle's allocation size " +
-                                         std::to_string(h.alloc_size) +
-                                         " is not that of the memory it names; the handle is "
-                                         "corrupt");
-    }
-    if (h.has_event) {
-      // The event of the stream the handle was made from.
-      const auto* record = static_cast<const ExportRecord*>(memory.get());
-      for (const auto& [key, e] : record->events) {
-        if (e.handle.bytes == h.event.bytes) sync::wait_for_event(backend, stream.handle, e.event);
-      }
-    }
-  } else {
-    const OriginKey key{h.owner_pid, h.owner_start, h.slot, h.generation};
-    std::shared_ptr<ImportMapping> mapping;
-    {
-      std::lock_guard lock(st.mu);
-      mapping = st.imports[key].lock();
-    }
-    if (!mapping) {
-      mapping = std::make_shared<ImportMapping>();
-      mapping->device = device;
-      mapping->control = control;
-      mapping->origin = h;
-      mapping->origin.keep = nullptr;
-      mapping->base = backend.ipc_open_memory(h.memory);
-      std::lock_guard lock(st.mu);
-      std::erase_if(st.imports, [](const auto& e) { return e.second.expired(); });
-      std::erase_if(st.imports_by_base, [](const auto& e) { return e.second.expired(); });
-      st.imports[key] = mapping;
-      st.imports_by_base[mapping->base] = mapping;
-    } else if (mapping->origin.memory.bytes != h.memory.bytes) {
-      // The same shared allocation is named by the same driver handle: another one is forged.
-      throw_error(Errc::value_error, std::string(where) +
-                                         ": the handle's memory descriptor differs from the one "
-                                         "this process opened for the same shared allocation; "
-                                         "the handle is corrupt");
-    }
-    base = mapping->base;
-    // The driver mapped what the exporter shared, which must cover the handle's allocation.
-    // It may map more: the driver shares the whole underlying block (2 MiB for small ones).
-    const device::PointerInfo mapped = backend.pointer_info(base);
-    if (mapped.alloc_base > base || mapped.alloc_base + mapped.alloc_size < base + h.alloc_size) {
-      throw_error(Errc::value_error,
-                  std::string(where) + ": the handle says its allocation has " +
-                      std::to_string(h.alloc_size) + " bytes, the memory shared has " +
-                      std::to_string(mapped.alloc_base <= base &&
-                                             base - mapped.alloc_base < mapped.alloc_size
-                                         ? mapped.alloc_size - (base - mapped.alloc_base)
-                                         : 0) +
-                      "; the handle is corrupt");
-    }
-    memory = std::move(mapping);
-    if (h.has_event) {
-      // The exporter's queued work comes first, without blocking the host.
-      const device::EventHandle e = backend.ipc_open_event(h.event);
-      try {
-        sync::wait_for_event(backend, stream.handle, e);
-      } catch (...) {
-        backend.event_destroy(e);
-        throw;
-      }
-      backend.event_destroy(e);
-    }
-  }
-  std::shared_ptr<const void> owner = memory;
+  std::shared_ptr<Lease> lease = take_ticket(h, control, where);
+  OpenedMemory opened = is_self(h.owner_pid, h.owner_start)
+                            ? open_own(h, backend, stream, where)
+                            : open_foreign(h, control, device, backend, stream, where);
+  std::shared_ptr<const void> owner = opened.memory;
   auto state = std::make_shared<sync::SyncState>(stream);
   if (lease) {
-    lease->memory = std::move(memory);
+    lease->memory = std::move(opened.memory);
     lease->sync = state;
     lease->device = device;
     owner = lease;
   }
-  return View(base + h.offset, h.dtype, std::move(layout), h.readonly, std::move(state),
+  return View(opened.base + h.offset, h.dtype, std::move(layout), h.readonly, std::move(state),
               std::move(owner));
 }
 

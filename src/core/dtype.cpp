@@ -163,6 +163,58 @@ std::string decimal(std::int64_t v) {
   return std::string(buf, res.ptr);
 }
 
+// The datetime unit of typestr `s` at `i` ('[' [multiplier] unit ']'), written to `unit`
+// without the brackets ("" for generic, "ns", "500ps"); returns its length and moves `i` past it.
+std::size_t parse_unit(std::string_view s, std::size_t& i, char (&unit)[12]) {
+  const std::size_t close = s.find(']', i);
+  if (close == std::string_view::npos) {
+    typestr_error(s, "has an unterminated datetime unit; expected e.g. '<M8[ns]'");
+  }
+  std::size_t j = i + 1;
+  std::int64_t mult = 0;
+  const std::size_t mult_begin = j;
+  while (j < close && is_digit(s[j])) {
+    if (mult <= kMaxUnitMultiplier) mult = mult * 10 + (s[j] - '0');
+    ++j;
+  }
+  const bool has_mult = j != mult_begin;
+  std::string_view name = s.substr(j, close - j);
+  if (name == "\xce\xbcs") name = "us";  // NumPy also accepts the Greek mu
+  if (!is_known_unit(name)) {
+    std::string why = "has an unknown datetime unit " + quote(name) +
+                      "; expected one of Y, M, W, D, h, m, s, ms, us, ns, ps, fs, as or generic";
+    if (name.find('/') != std::string_view::npos) {
+      why += " (unit divisors are not supported; write '[500ps]' rather than '[ns/2]')";
+    }
+    typestr_error(s, why);
+  }
+  if (has_mult && (mult == 0 || mult > kMaxUnitMultiplier)) {
+    typestr_error(s, "has a datetime unit multiplier outside 1..2147483647");
+  }
+  i = close + 1;
+  std::size_t len = 0;
+  if (name == "generic") return 0;
+  if (has_mult && mult != 1) {
+    len = static_cast<std::size_t>(std::to_chars(unit, unit + sizeof unit, mult).ptr - unit);
+  }
+  std::copy(name.begin(), name.end(), unit + len);
+  return len + name.size();
+}
+
+[[noreturn]] void refuse_item_size(std::string_view s, char k, std::int64_t n) {
+  const char* sizes = allowed_sizes(k);
+  std::string why = "has an item size " + (n >= (std::int64_t{1} << 40) ? ">2^40" : decimal(n)) +
+                    " that kind '" + k + "' (" + kind_name(k) + ") does not allow; expected ";
+  if (sizes != nullptr) {
+    why += sizes;
+  } else if (k == 'U') {
+    why += "at most 536870911 characters (4 bytes each; NumPy's limit)";
+  } else {
+    why += "at most 2147483647 bytes (NumPy's limit)";
+  }
+  typestr_error(s, why);
+}
+
 }  // namespace
 
 // ---- typestr -------------------------------------------------------------------------------
@@ -230,59 +282,12 @@ DType DType::from_typestr(std::string_view s, TypestrOptions options) {
   // Datetime unit: '[' [multiplier] unit ']'.
   char unit[12];
   std::size_t unit_len = 0;
-  if ((k == 'm' || k == 'M') && i < s.size() && s[i] == '[') {
-    const std::size_t close = s.find(']', i);
-    if (close == std::string_view::npos) {
-      typestr_error(s, "has an unterminated datetime unit; expected e.g. '<M8[ns]'");
-    }
-    std::size_t j = i + 1;
-    std::int64_t mult = 0;
-    const std::size_t mult_begin = j;
-    while (j < close && is_digit(s[j])) {
-      if (mult <= kMaxUnitMultiplier) mult = mult * 10 + (s[j] - '0');
-      ++j;
-    }
-    const bool has_mult = j != mult_begin;
-    std::string_view name = s.substr(j, close - j);
-    if (name == "\xce\xbcs") name = "us";  // NumPy also accepts the Greek mu
-    if (!is_known_unit(name)) {
-      std::string why = "has an unknown datetime unit " + quote(name) +
-                        "; expected one of Y, M, W, D, h, m, s, ms, us, ns, ps, fs, as or generic";
-      if (name.find('/') != std::string_view::npos) {
-        why += " (unit divisors are not supported; write '[500ps]' rather than '[ns/2]')";
-      }
-      typestr_error(s, why);
-    }
-    if (has_mult && (mult == 0 || mult > kMaxUnitMultiplier)) {
-      typestr_error(s, "has a datetime unit multiplier outside 1..2147483647");
-    }
-    if (name != "generic") {
-      if (has_mult && mult != 1) {
-        unit_len =
-            static_cast<std::size_t>(std::to_chars(unit, unit + sizeof unit, mult).ptr - unit);
-      }
-      std::copy(name.begin(), name.end(), unit + unit_len);
-      unit_len += name.size();
-    }
-    i = close + 1;
-  }
+  if ((k == 'm' || k == 'M') && i < s.size() && s[i] == '[') unit_len = parse_unit(s, i, unit);
   if (i != s.size()) {
     typestr_error(s, "has unexpected characters " + quote(s.substr(i)) + " after the item size");
   }
 
-  if (has_size && !size_allowed(k, n)) {
-    const char* sizes = allowed_sizes(k);
-    std::string why = "has an item size " + (n >= (std::int64_t{1} << 40) ? ">2^40" : decimal(n)) +
-                      " that kind '" + k + "' (" + kind_name(k) + ") does not allow; expected ";
-    if (sizes != nullptr) {
-      why += sizes;
-    } else if (k == 'U') {
-      why += "at most 536870911 characters (4 bytes each; NumPy's limit)";
-    } else {
-      why += "at most 2147483647 bytes (NumPy's limit)";
-    }
-    typestr_error(s, why);
-  }
+  if (has_size && !size_allowed(k, n)) refuse_item_size(s, k, n);
 
   switch (k) {
     case 'b':
@@ -494,6 +499,10 @@ constexpr ExtendedInfo kExtended[] = {
     {Extended::float6_e2m3fn, kDLFloat6_e2m3fn, 6, "float6_e2m3fn"},
     {Extended::float6_e3m2fn, kDLFloat6_e3m2fn, 6, "float6_e3m2fn"},
     {Extended::float4_e2m1fn, kDLFloat4_e2m1fn, 4, "float4_e2m1fn"},
+    {Extended::int4, kDLInt, 4, "int4"},
+    {Extended::uint4, kDLUInt, 4, "uint4"},
+    {Extended::int2, kDLInt, 2, "int2"},
+    {Extended::uint2, kDLUInt, 2, "uint2"},
 };
 
 const char* code_name(std::uint8_t code) {
@@ -544,7 +553,8 @@ DType DType::from_dlpack(DLDataType t) {
         return DType(t.code == kDLInt ? Kind::signed_int : Kind::unsigned_int,
                      bits == 8 ? ByteOrder::not_applicable : kNativeOrder, bits / 8);
       }
-      dlpack_unsupported(t, "has no NumPy equivalent; expected bits 8, 16, 32 or 64");
+      if (bits == 4 || bits == 2) break;  // ml_dtypes' [u]int4 and [u]int2, below
+      dlpack_unsupported(t, "has no NumPy equivalent; expected bits 2, 4, 8, 16, 32 or 64");
     case kDLFloat:
       if (bits == 16 || bits == 32 || bits == 64) {
         return DType(Kind::floating, kNativeOrder, bits / 8);
@@ -564,6 +574,7 @@ DType DType::from_dlpack(DLDataType t) {
   for (const ExtendedInfo& e : kExtended) {
     if (e.code != t.code) continue;
     if (bits != e.bits) {
+      if (e.code == kDLInt || e.code == kDLUInt) continue;  // 4 and 2 have entries each
       dlpack_unsupported(t, "is not supported; expected bits " + decimal(e.bits));
     }
     return DType(Kind::raw, e.ext == Extended::bfloat16 ? kNativeOrder : ByteOrder::not_applicable,

@@ -206,6 +206,44 @@ Layout::Sliced Layout::slice(int axis, std::int64_t start, std::int64_t stop) co
   return {Layout(std::move(shape), strides_, itemsize_), offset};
 }
 
+namespace {
+
+struct ResolvedSlice {
+  std::int64_t start, step, count;
+};
+
+// Python's PySlice_Unpack + PySlice_AdjustIndices on an axis of n elements, then NumPy's rule
+// that an empty slice keeps the stride and the base.
+ResolvedSlice resolve_slice(const IndexItem& item, std::int64_t n) {
+  constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t min = std::numeric_limits<std::int64_t>::min();
+  std::int64_t step = item.step.value_or(1);
+  if (step == 0) throw_error(Errc::value_error, "index(): slice step cannot be zero");
+  if (step < -max) step = -max;
+  std::int64_t start = item.start.value_or(step < 0 ? max : 0);
+  std::int64_t stop = item.stop.value_or(step < 0 ? min : max);
+  auto adjust = [&](std::int64_t& v) {
+    if (v < 0) {
+      v += n;
+      if (v < 0) v = step < 0 ? -1 : 0;
+    } else if (v >= n) {
+      v = step < 0 ? n - 1 : n;
+    }
+  };
+  adjust(start);
+  adjust(stop);
+  std::int64_t count = 0;
+  if (step < 0) {
+    if (stop < start) count = (start - stop - 1) / (-step) + 1;
+  } else if (start < stop) {
+    count = (stop - start - 1) / step + 1;
+  }
+  if (count == 0) return {0, 1, 0};
+  return {start, step, count};
+}
+
+}  // namespace
+
 Layout::Sliced Layout::index(std::span<const IndexItem> items) const {
   int consumed = 0;
   bool has_ellipsis = false;
@@ -250,35 +288,7 @@ Layout::Sliced Layout::index(std::span<const IndexItem> items) const {
         break;
       }
       case IndexItem::Kind::slice: {
-        // Python's PySlice_Unpack + PySlice_AdjustIndices, then NumPy's view rules.
-        const std::int64_t n = shape_[src];
-        constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
-        constexpr std::int64_t min = std::numeric_limits<std::int64_t>::min();
-        std::int64_t step = item.step.value_or(1);
-        if (step == 0) throw_error(Errc::value_error, "index(): slice step cannot be zero");
-        if (step < -max) step = -max;
-        std::int64_t start = item.start.value_or(step < 0 ? max : 0);
-        std::int64_t stop = item.stop.value_or(step < 0 ? min : max);
-        auto adjust = [&](std::int64_t& v) {
-          if (v < 0) {
-            v += n;
-            if (v < 0) v = step < 0 ? -1 : 0;
-          } else if (v >= n) {
-            v = step < 0 ? n - 1 : n;
-          }
-        };
-        adjust(start);
-        adjust(stop);
-        std::int64_t count = 0;
-        if (step < 0) {
-          if (stop < start) count = (start - stop - 1) / (-step) + 1;
-        } else if (start < stop) {
-          count = (stop - start - 1) / step + 1;
-        }
-        if (count == 0) {  // NumPy: an empty slice keeps the stride and the base
-          start = 0;
-          step = 1;
-        }
+        const auto [start, step, count] = resolve_slice(item, shape_[src]);
         std::int64_t stride;
         if (__builtin_mul_overflow(strides_[src], step, &stride)) {
           // A stride used at most once is never read; keep the parent's.

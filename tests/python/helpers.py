@@ -187,24 +187,36 @@ def dlpack_type(capsule):
     return t.code, t.bits, t.lanes
 
 
+DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED = 1 << 2
+
+
+def dlpack_flags(capsule):
+    """The flags of the tensor in a 'dltensor_versioned' capsule."""
+    ptr = ctypes.pythonapi.PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+    return _DLManagedTensorVersioned.from_address(ptr).flags
+
+
 class TypedDLPack:
     """A foreign DLPack 1.3 producer written with ctypes, as a C library would: it describes the
     bytes of a 1-d cai array as elements of any DLPack type (code, bits), e.g. the float8
-    codes, which no NumPy type names (sub-byte types take one byte each). No deleter: the
+    codes, which no NumPy type names (sub-byte types take one byte each, and say so with
+    IS_SUBBYTE_TYPE_PADDED unless `padded=False`: then they claim to be packed). No deleter: the
     struct and the memory live as long as the process (as a C library's static tensor), so an
     import may outlive the producer object (a consumer reads the struct again when it
     releases the import; the tests once freed it first)."""
 
     _kept = []  # every producer made: never freed
 
-    def __init__(self, base, code, bits):
+    def __init__(self, base, code, bits, padded=True):
         assert base.ndim == 1 and base.is_c_contiguous()
         TypedDLPack._kept.append(self)
         self.base = base
         self.shape = (ctypes.c_int64 * 1)(base.nbytes // max(1, bits // 8))
         self.strides = (ctypes.c_int64 * 1)(1)
         self.tensor = _DLManagedTensorVersioned(
-            major=1, minor=3, dl_tensor=_DLTensor(
+            major=1, minor=3,
+            flags=DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED if padded and bits < 8 else 0,
+            dl_tensor=_DLTensor(
                 data=base.ptr, device=_DLDevice(2, 0), ndim=1, dtype=_DLDataType(code, bits, 1),
                 shape=self.shape, strides=self.strides, byte_offset=0))
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import cai
-from helpers import DLWrapper, TypedDLPack, dlpack_type, run_isolated
+from helpers import (DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED, DLWrapper, TypedDLPack, dlpack_flags,
+                     dlpack_type, run_isolated)
 
 # ml_dtypes' name -> (DLPack code, bits): include/cai/core/dlpack.h
 CODES = {
@@ -29,6 +30,8 @@ CODES = {
     "float6_e2m3fn": (15, 6),
     "float6_e3m2fn": (16, 6),
     "float4_e2m1fn": (17, 4),
+    "int4": (0, 4),
+    "uint4": (1, 4),
 }
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -49,6 +52,8 @@ def test_the_type_survives_the_device_and_dlpack(name):
     assert a.dtype == np.dtype(getattr(ml_dtypes, name)) and a.itemsize == host.itemsize
     same_bits(a.copy_to_host(), host)
     assert dlpack_type(a.__dlpack__(max_version=(1, 3))) == (*CODES[name], 1)
+    padded = dlpack_flags(a.__dlpack__(max_version=(1, 3))) & DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED
+    assert bool(padded) == (CODES[name][1] < 8)  # DLPack reads sub-byte types as packed unless
     back = cai.from_dlpack(DLWrapper(a))      # through a capsule, as another library reads it
     assert back.dtype == a.dtype and back.ptr == a.ptr
     same_bits(pickle.loads(pickle.dumps(a, protocol=5)).copy_to_host(), host)
@@ -69,6 +74,21 @@ def test_a_foreign_dlpack_tensor_gets_ml_dtypes_type(name):
     assert a.dtype == np.dtype(getattr(ml_dtypes, name))
     same_bits(a.copy_to_host(), values(name))
     assert dlpack_type(a.__dlpack__(max_version=(1, 3))) == (code, bits, 1)
+
+
+@pytest.mark.parametrize("name", ["float4_e2m1fn", "float6_e2m3fn", "int4", "uint4"])
+def test_sub_byte_types_travel_only_where_dlpack_can_say_they_are_padded(name):
+    a = cai.to_device(values(name))
+    # A legacy capsule has no flags: its sub-byte data would be read as packed, two per byte.
+    with pytest.raises(BufferError, match=r"legacy \(unversioned\) tensor cannot say so"):
+        a.__dlpack__()
+    with pytest.raises(BufferError, match="legacy"):
+        a.__dlpack__(max_version=(0, 8))
+    # A producer whose sub-byte data are packed: refused, not read as one per byte.
+    code, bits = CODES[name]
+    packed = TypedDLPack(cai.to_device(values(name).view(np.uint8)), code, bits, padded=False)
+    with pytest.raises(BufferError, match=r"elements are packed .*IS_SUBBYTE_TYPE_PADDED"):
+        cai.from_dlpack(packed)
 
 
 def test_the_exported_cuda_array_interface_is_opaque_bytes():

@@ -416,39 +416,122 @@ def test_one_failing_unlock_leaves_no_other_range_locked():
     cai._cai._host_unregister(upper.ctypes.data // mmap.PAGESIZE * mmap.PAGESIZE)  # clean up
 
 
-UNLOCK_WITHOUT_THE_GIL = """
-    import threading
+WAITS_WITHOUT_THE_GIL = """
+    import sys, threading
     import numpy as np
     import cai
     s = cai.stream()
     a = cai.device_array(1 << 12, dtype=np.float32, stream=s)
     lock = cai.pinned(np.zeros(1 << 12))
-    lock.__enter__()                                # before the hold: locking waits too
+    lock.__enter__()
     gate = cai.sim.hold(s)
-    cai.ops.fill(a, 1.0, stream=s)                 # device work the unlock waits for
-    entered = threading.Event()
+    cai.ops.fill(a, 1.0, stream=s)                 # device work the driver call waits for
+    calling = threading.Event()
+    calls = {"exit": lambda: lock.__exit__(None, None, None),
+             "pinned_array": lambda: cai.pinned_array(8),
+             "mapped_array": lambda: cai.mapped_array(8)}
 
-    def end_block():
-        entered.set()
-        lock.__exit__(None, None, None)             # waits for the held stream
+    def worker():
+        calling.set()         # the main thread wakes for the GIL only after the 5 ms switch
+        calls[sys.argv[1]]()  # interval: by then this thread waits in the driver
 
-    t = threading.Thread(target=end_block)
+    t = threading.Thread(target=worker)
     t.start()
-    entered.wait()
-    for _ in range(10 ** 6):                        # Python code: needs the GIL meanwhile
-        pass
+    calling.wait()            # needs the GIL back: a hang if the waiting call holds it
     gate.release()
     t.join()
+    if sys.argv[1] == "exit":
+        with cai.pinned(lock._arrays[0]):          # unlocked: it can be locked again
+            pass
     print("ok")
 """
 
 
-def test_ending_a_pinned_block_waits_without_the_gil():
-    """The unlock waits for all device work; with the GIL held there, the main thread could
+@pytest.mark.parametrize("call", ["exit", "pinned_array", "mapped_array"])
+def test_calls_that_wait_for_the_device_release_the_gil(call):
+    """Ending a cai.pinned block (cuMemHostUnregister) and making page-locked memory
+    (cuMemAllocHost) wait for all device work; holding the GIL there, the main thread could
     never run the Python code that releases the held stream (a hang, caught by the timeout)."""
     from helpers import run_isolated
-    r = run_isolated(UNLOCK_WITHOUT_THE_GIL, timeout=60)
+    import textwrap
+    r = run_isolated(None, timeout=60, args=["-c", textwrap.dedent(WAITS_WITHOUT_THE_GIL), call])
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("make", [cai.pinned_array,
+                                  lambda n: np.asarray(cai.mapped_array(n)),
+                                  lambda n: np.asarray(cai.managed_array(n))],
+                         ids=["pinned_array", "mapped_array", "managed_array"])
+def test_page_locked_memory_shares_no_page_with_a_heap_neighbour(make):
+    """The driver gives page-locked and managed memory whole pages of its own; the simulated
+    driver's, placed by the heap among NumPy's small arrays, locked their neighbours' pages."""
+    kept = []
+    for _ in range(32):
+        kept.append(make(3))
+        neighbour = np.zeros(3)                     # likely on the same heap page before
+        kept.append(neighbour)
+        with cai.pinned(neighbour):
+            pass
+
+
+def test_pinning_memory_the_driver_locked_already_is_a_no_op():
+    import mmap
+    p = cai.pinned_array(1024)
+    m = np.asarray(cai.mapped_array(16))
+    m2 = np.asarray(cai.managed_array(16))
+    a = np.zeros(1024)
+    with cai.pinned(p, m, m2, a):
+        with cai.pinned(p[3:9], a[3:9]):            # nested: the outer block's range
+            pass
+        assert cai._cai._host_locked(a.ctypes.data, a.nbytes)
+    assert cai._cai._host_locked(p.ctypes.data, p.nbytes)   # still the driver's, not unlocked
+    assert not cai._cai._host_locked(a.ctypes.data, a.nbytes)
+    assert p.ctypes.data % mmap.PAGESIZE == 0
+
+
+@pytest.fixture
+def straddling():
+    """A page-aligned page `locked` inside a larger array, and views that start before it and
+    run into it, start in it and run past its end, or cover it with pageable memory at both
+    ends."""
+    import mmap
+    page = mmap.PAGESIZE
+    n = page // 8
+    buf = np.zeros(4 * n + n)
+    start = (-buf.ctypes.data % page) // 8 + n
+    locked = buf[start:start + n]
+    views = {"into": buf[start - 4:start + 4], "past": buf[start + n - 4:start + n + 4],
+             "over": buf[start - 4:start + n + 4]}
+    return locked, views
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["default", "stream"])
+@pytest.mark.parametrize("route", ["to_device", "copy_to_device", "setitem", "copy_to_host"])
+@pytest.mark.parametrize("where", ["into", "past", "over"])
+def test_a_host_array_partly_in_a_pinned_range_copies_correctly(straddling, route, stream,
+                                                                 where):
+    locked, views = straddling
+    host = views[where]
+    s = cai.stream() if stream else 0
+    values = np.arange(host.size, dtype=np.float64) + 1
+    with cai.pinned(locked):
+        if route == "copy_to_host":
+            d = cai.to_device(values)
+            d.copy_to_host(host, stream=s)
+            if stream:
+                s.synchronize()
+            np.testing.assert_array_equal(host, values)
+            return
+        host[:] = values
+        if route == "to_device":
+            d = cai.to_device(host, stream=s)
+        elif route == "copy_to_device":
+            d = cai.device_array(host.size)
+            d.copy_to_device(host, stream=s)
+        else:
+            d = cai.device_array(host.size)
+            d[...] = host
+        np.testing.assert_array_equal(d.copy_to_host(stream=s), values)
 
 
 # ----- 11. silent no-ops and lost identities -------------------------------------------------
@@ -493,8 +576,17 @@ MASKED = np.ma.MaskedArray([1.0, 2.0, 3.0], mask=[False, True, False])
     lambda: cai.device_array(3, dtype=np.float32).copy_to_device(MASKED),
     lambda: cai.device_array(3).__setitem__(Ellipsis, MASKED),
     lambda: cai.device_array(3).__setitem__(1, np.ma.masked),
+    # Inside lists and tuples, which NumPy reads item by item (and so drops the masks)
+    lambda: cai.to_device([MASKED, MASKED]),
+    lambda: cai.to_device(([1.0, 2.0, 3.0], MASKED), stream=cai.stream()),
+    lambda: cai.to_device([[1.0, np.ma.masked]]),
+    lambda: cai.device_array((2, 3)).copy_to_device([MASKED, MASKED]),
+    lambda: cai.device_array((2, 3)).__setitem__(Ellipsis, [MASKED, [1.0, 2.0, 3.0]]),
+    lambda: cai.device_array(3).__setitem__(Ellipsis, [1.0, np.ma.masked, 3.0]),
 ], ids=["to_device", "to_device-stream", "copy_to_device", "copy_to_device-dtype", "setitem",
-        "setitem-masked-constant"])
+        "setitem-masked-constant", "to_device-list", "to_device-tuple-stream",
+        "to_device-nested-constant", "copy_to_device-list", "setitem-list",
+        "setitem-list-constant"])
 def test_a_numpy_mask_is_refused_not_dropped(call):
     with pytest.raises(TypeError, match="numpy.ma.MaskedArray, and its mask would be dropped"):
         call()

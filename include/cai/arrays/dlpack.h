@@ -24,6 +24,14 @@ DLManagedTensorVersioned* to_dlpack_versioned(const View& v, std::uint64_t flags
 /// way to say so and a consumer would write to it.
 DLManagedTensor* to_dlpack_legacy(const View& v, const DLDevice* device = nullptr);
 
+/// The flags a versioned tensor of type `t` needs beyond READ_ONLY/IS_COPIED:
+/// IS_SUBBYTE_TYPE_PADDED for a sub-byte type (cai, like ml_dtypes, stores those one element
+/// per byte, while DLPack reads them as packed without the flag).
+std::uint64_t dlpack_storage_flags(DLDataType t) noexcept;
+/// Throws Error(buffer_error) for a sub-byte type in an export that cannot carry flags (a
+/// legacy tensor, a bare DLTensor), `form` naming it; importers refuse packed data likewise.
+void require_whole_bytes(DLDataType t, const char* entry, const char* form);
+
 /// What a consumer wants of a tensor it imports.
 struct DlpackImport {
   DLDevice device;

@@ -49,6 +49,10 @@ enum class Extended : std::uint8_t {
   float6_e2m3fn,
   float6_e3m2fn,
   float4_e2m1fn,
+  int4,  ///< ml_dtypes' sub-byte integers, one per byte (DLPack kDLInt/kDLUInt, bits 4 or 2)
+  uint4,
+  int2,
+  uint2,
 };
 
 struct TypestrOptions {

@@ -102,7 +102,8 @@ struct CallCounts {
 
 namespace detail {
 struct BackendState;
-}
+class BackendAccess;  // src/device: the state behind the interface
+}  // namespace detail
 
 /// The device layer's one backend: the CUDA driver API, called through the driver's table of
 /// entry points, which comes from libcuda.so.1 or from cai's simulated driver (a CPU
@@ -144,8 +145,10 @@ class Backend {
   /// Waits until every free_deferred() called so far has freed its memory.
   void flush_frees();
   PointerInfo pointer_info(std::uint64_t ptr);
-  /// Page-locks host memory the caller owns (cuMemHostRegister) until host_unregister.
-  void host_register(std::uint64_t ptr, std::size_t bytes);
+  /// Page-locks host memory the caller owns (cuMemHostRegister) until host_unregister, mapped
+  /// for kernels; `read_only` memory (e.g. mapped read-only) is registered READ_ONLY, and the
+  /// device may then only read it.
+  void host_register(std::uint64_t ptr, std::size_t bytes, bool read_only = false);
   void host_unregister(std::uint64_t ptr);
   /// Throws Error(device_error) unless [r.lo, r.hi) is memory a kernel running on `device`
   /// can dereference, inside one live allocation (the rule every operation applies to array
@@ -220,10 +223,8 @@ class Backend {
   /// Opens another process's event; destroyed with event_destroy.
   EventHandle ipc_open_event(const IpcEventHandle& handle);
 
-  /// The state behind the interface (internal to src/device).
-  detail::BackendState& state() noexcept { return *state_; }
-
  private:
+  friend class detail::BackendAccess;
   std::unique_ptr<detail::BackendState> state_;
 };
 

@@ -154,9 +154,10 @@ struct BackendState {
   Ranges::Entry query_pointer(std::uint64_t ptr);
   /// Checks the bytes r of an operand before any work: array data must be memory of the
   /// driver (device, pinned_host or managed) within one live allocation (or the mapped parts
-  /// of one virtual-memory reservation); `host` operands may also be pageable host memory. `device`
-  /// is the device of the work (-1: any), for which a remembered foreign range is asked again when
-  /// it names another device. Returns what the memory is.
+  /// of one virtual-memory reservation); `host` operands may also be pageable host memory, reported
+  /// as unregistered also when they lie partly in page-locked memory (copy those with copy_pieces).
+  /// `device` is the device of the work (-1: any), for which a remembered foreign range is asked
+  /// again when it names another device. Returns what the memory is.
   PointerInfo check_memory(std::string_view where, std::string_view name, const ByteRange& r,
                            bool host, int device);
   /// check_memory of the operands of one operation (`rs`, named by elementwise_operand_name),
@@ -174,6 +175,12 @@ struct BackendState {
   /// Backend::free after check_free: the driver call, then the record forgotten.
   void free_checked(const CheckedFree& f);
 
+  /// Where kernels and memsets of `device` reach `ptr`, of memory `info` whose operand starts at
+  /// `lo`: page-locked host memory is reached at cuMemHostGetDevicePointer's address unless the
+  /// device can use host pointers of registered memory (then, and for other memory: ptr).
+  std::uint64_t kernel_address(const PointerInfo& info, std::uint64_t ptr, std::uint64_t lo,
+                               int device);
+
   /// Opens of other processes' memory (ipc_open_memory) not yet closed, by base.
   std::mutex ipc_mu;
   std::unordered_map<std::uint64_t, int> ipc_opened;
@@ -190,6 +197,8 @@ struct BackendState {
   std::mutex context_mu_;
   std::vector<cu::CUcontext> primary_;
   std::vector<signed char> pools_;  // by device: -1 unknown, 0 or 1
+  // By device: CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, -1 until asked.
+  std::vector<signed char> host_pointer_ok_;
   std::mutex module_mu_;
   std::unordered_map<cu::CUcontext, std::unique_ptr<Module>> modules_;
   // Tells this state from a later one at the same address (module_for's per-thread cache).
@@ -236,5 +245,14 @@ cu::CUevent to_event(EventHandle e, std::string_view where);
 /// Whether a kernel on `device` may dereference the memory. Device memory of another device
 /// is left to cuMemcpyAsync (staging): peer access may not be enabled.
 bool kernel_can_access(const PointerInfo& p, int device);
+
+/// The backend's state, for the device layer's own files and its tests only.
+class BackendAccess {
+ public:
+  static BackendState& state(Backend& b) noexcept { return *b.state_; }
+};
+inline BackendState& state_of(Backend& b) noexcept {
+  return BackendAccess::state(b);
+}
 
 }  // namespace cai::device::detail

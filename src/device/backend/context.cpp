@@ -33,7 +33,8 @@ BackendState::BackendState(std::shared_ptr<const Driver> d)
         return env != nullptr && std::string_view(env) == "0" ? std::size_t{0} : std::size_t{1024};
       }()),
       primary_(driver->devices.size(), nullptr),
-      pools_(driver->devices.size(), -1) {}
+      pools_(driver->devices.size(), -1),
+      host_pointer_ok_(driver->devices.size(), -1) {}
 
 std::string BackendState::describe(CUresult r) const {
   return cu::describe(api, r);

@@ -137,6 +137,13 @@ PointerInfo BackendState::pointer_info(std::uint64_t ptr) {
   return e.info;
 }
 
+namespace {
+// Memory the host reaches at its own address (a NumPy array may lie partly in it).
+bool host_memory(const PointerInfo& info) {
+  return info.kind == MemoryKind::pinned_host || info.kind == MemoryKind::managed;
+}
+}  // namespace
+
 PointerInfo BackendState::check_memory(std::string_view where, std::string_view name,
                                        const ByteRange& r, bool host, int device) {
   if (r.empty()) return {};
@@ -161,7 +168,9 @@ PointerInfo BackendState::check_memory(std::string_view where, std::string_view 
   if (info.kind == MemoryKind::unregistered) {
     if (host) {
       const PointerInfo last = pointer_info(r.hi - 1);
-      if (last.kind != MemoryKind::unregistered) {
+      // Pageable memory running into page-locked memory: pageable as a whole, copied in
+      // pieces (copy_pieces).
+      if (last.kind != MemoryKind::unregistered && !host_memory(last)) {
         throw_error(Errc::device_error,
                     what_of(where, name, r) + " starts outside the allocation " +
                         range_text({last.alloc_base, last.alloc_base + last.alloc_size}) +
@@ -186,6 +195,8 @@ PointerInfo BackendState::check_memory(std::string_view where, std::string_view 
     ranges.forget(info.alloc_base, info.alloc_size);
     return check_memory(where, name, r, host, device);
   }
+  // Host memory that runs out of a page-locked range: pageable as a whole, copied in pieces.
+  if (host && host_memory(info)) return PointerInfo{};
   throw_error(Errc::device_error, what_of(where, name, r) +
                                       " runs past the end of its allocation " + range_text(alloc));
 }
@@ -227,6 +238,29 @@ bool BackendState::memory_pools_supported(int device) {
     known = pools != 0 ? 1 : 0;
   }
   return known == 1;
+}
+
+std::uint64_t BackendState::kernel_address(const PointerInfo& info, std::uint64_t ptr,
+                                           std::uint64_t lo, int device) {
+  if (info.kind != MemoryKind::pinned_host) return ptr;
+  const CUdevice dev = device_of(device, "registered memory");
+  {
+    std::lock_guard lock(context_mu_);
+    signed char& known = host_pointer_ok_[static_cast<std::size_t>(device)];
+    if (known < 0) {
+      int ok = 0;
+      CAI_DRIVER(*this, cuDeviceGetAttribute, &ok,
+                 CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, dev);
+      known = ok != 0 ? 1 : 0;
+    }
+    if (known == 1) return ptr;
+  }
+  // The device address of the whole operand's memory (the same as the host's for memory of
+  // cuMemAllocHost, another for registered memory when a device cannot use host pointers).
+  CUdeviceptr mapped = 0;
+  CAI_DRIVER(*this, cuMemHostGetDevicePointer, &mapped,
+             reinterpret_cast<void*>(static_cast<std::uintptr_t>(lo)), 0);
+  return mapped + (ptr - lo);
 }
 
 StreamMemory stream_alloc(std::size_t bytes, const StreamScope& on) {
@@ -444,13 +478,17 @@ PointerInfo Backend::pointer_info(std::uint64_t ptr) {
   return state_->pointer_info(ptr);
 }
 
-void Backend::host_register(std::uint64_t ptr, std::size_t bytes) {
+void Backend::host_register(std::uint64_t ptr, std::size_t bytes, bool read_only) {
   if (bytes == 0) return;
   BackendState& st = *state_;
   detail::check_range("host_register()", "memory", ptr, bytes);
   st.current_context();
+  // Mapped for kernels (DEVICEMAP: without it the driver maps nothing for the device), for
+  // every context; READ_ONLY is what lets the driver register memory mapped read-only.
+  const unsigned flags = kMemHostRegisterPortable | kMemHostRegisterDeviceMap |
+                         (read_only ? kMemHostRegisterReadOnly : 0u);
   CAI_DRIVER(st, cuMemHostRegister, reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)),
-             bytes, kMemHostRegisterPortable);
+             bytes, flags);
   st.remember(ptr, bytes, MemoryKind::pinned_host, false);
 }
 

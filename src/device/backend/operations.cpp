@@ -61,9 +61,36 @@ void launch_elementwise(const StreamScope& on, std::string_view where, Elementwi
   }
 }
 
+// Pageable host memory, or host memory partly page-locked (BackendState::check_memory).
+bool pageable(const PointerInfo& info) {
+  return info.kind == MemoryKind::unregistered;
+}
+
 void copy_kernel(const StreamScope& on, const Operand& dst, const Operand& src) {
   launch(on, kernels::plan_copy("copy_strided_async()", dst.ptr, src.ptr,
                                 kernels::merge_operands<2>({&dst, &src}), dst.layout.itemsize()));
+}
+
+// cuMemcpyAsync, cut where either side passes in or out of memory cai knows: a host range
+// partly page-locked is neither pinned nor pageable to the driver (which refuses it, or reads
+// past the locked range). The pieces of a cut copy are waited for, as a pageable copy is.
+void copy_pieces(const StreamScope& on, std::uint64_t dst, std::uint64_t src, std::size_t bytes) {
+  std::vector<std::uint64_t> cuts;
+  on.st.ranges.cuts(dst, bytes, cuts);
+  on.st.ranges.cuts(src, bytes, cuts);
+  if (cuts.empty()) {
+    CAI_DRIVER(on.st, cuMemcpyAsync, dst, src, bytes, on.stream);
+    return;
+  }
+  cuts.push_back(bytes);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::uint64_t at = 0;
+  for (const std::uint64_t end : cuts) {
+    CAI_DRIVER(on.st, cuMemcpyAsync, dst + at, src + at, end - at, on.stream);
+    at = end;
+  }
+  CAI_DRIVER(on.st, cuStreamSynchronize, on.stream);
 }
 
 // Temporary device buffers for operands a kernel cannot use as they are: memory it cannot
@@ -82,7 +109,7 @@ class Staging {
   /// A device copy of the bytes of r; returns where `ptr` lands in it.
   std::uint64_t in(std::uint64_t ptr, const ByteRange& r) {
     const CUdeviceptr t = temp(r.size());
-    CAI_DRIVER(on_.st, cuMemcpyAsync, t, r.lo, r.size(), on_.stream);
+    copy_pieces(on_, t, r.lo, r.size());
     return t + (ptr - r.lo);
   }
 
@@ -90,10 +117,9 @@ class Staging {
   /// are copied in first unless the operation overwrites every byte (`dense`).
   std::uint64_t out(std::uint64_t ptr, const ByteRange& r, bool dense) {
     const CUdeviceptr t = temp(r.size());
-    if (!dense) CAI_DRIVER(on_.st, cuMemcpyAsync, t, r.lo, r.size(), on_.stream);
-    backs_.emplace_back([this, dst = r.lo, t, bytes = r.size()] {
-      CAI_DRIVER(on_.st, cuMemcpyAsync, dst, t, bytes, on_.stream);
-    });
+    if (!dense) copy_pieces(on_, t, r.lo, r.size());
+    backs_.emplace_back(
+        [this, dst = r.lo, t, bytes = r.size()] { copy_pieces(on_, dst, t, bytes); });
     return t + (ptr - r.lo);
   }
 
@@ -140,7 +166,9 @@ class Staging {
 using detail::BackendState;
 using detail::check_operand;
 using detail::check_range;
+using detail::copy_pieces;
 using detail::kernel_can_access;
+using detail::pageable;
 using detail::Staging;
 using detail::StreamScope;
 using namespace cu;
@@ -153,8 +181,10 @@ void Backend::memset_async(std::uint64_t dst, int byte, std::size_t bytes, Strea
   BackendState& st = *state_;
   StreamScope on(st, stream);
   const auto value = static_cast<unsigned char>(byte);
-  if (kernel_can_access(st.check_memory(where, "dst", r, false, on.device), on.device)) {
-    CAI_DRIVER(st, cuMemsetD8Async, dst, value, bytes, stream);
+  const PointerInfo info = st.check_memory(where, "dst", r, false, on.device);
+  if (kernel_can_access(info, on.device)) {
+    CAI_DRIVER(st, cuMemsetD8Async, st.kernel_address(info, dst, r.lo, on.device), value, bytes,
+               stream);
     return;
   }
   // Another device's memory: set a local buffer, let cuMemcpyAsync cross over.
@@ -172,13 +202,17 @@ void Backend::copy_async(std::uint64_t dst, std::uint64_t src, std::size_t bytes
   if (bytes == 0 || dst == src) return;
   BackendState& st = *state_;
   StreamScope on(st, stream);
-  st.check_memory(where, "dst", dr, true, on.device);
-  st.check_memory(where, "src", sr, true, on.device);
+  const PointerInfo dinfo = st.check_memory(where, "dst", dr, true, on.device);
+  const PointerInfo sinfo = st.check_memory(where, "src", sr, true, on.device);
   if (dr.intersects(sr)) {
     // cuMemcpy is undefined on overlap; go through a copy of the source (memmove).
     Staging stage(on);
     const std::uint64_t t = stage.in(src, sr);
-    CAI_DRIVER(st, cuMemcpyAsync, dst, t, bytes, stream);
+    copy_pieces(on, dst, t, bytes);
+    return;
+  }
+  if (pageable(dinfo) || pageable(sinfo)) {
+    copy_pieces(on, dst, src, bytes);
     return;
   }
   CAI_DRIVER(st, cuMemcpyAsync, dst, src, bytes, stream);
@@ -206,6 +240,10 @@ void Backend::copy_strided_async(const Operand& dst, const Operand& src, StreamH
     // C-contiguous): one plain copy, whatever the memory kinds.
     Staging stage(on);
     const std::uint64_t from = overlap ? stage.in(sr.lo, sr) : sr.lo;
+    if (pageable(dinfo) || pageable(sinfo)) {
+      copy_pieces(on, dr.lo, from, dr.size());
+      return;
+    }
     CAI_DRIVER(st, cuMemcpyAsync, dr.lo, from, dr.size(), stream);
     return;
   }
@@ -213,8 +251,16 @@ void Backend::copy_strided_async(const Operand& dst, const Operand& src, StreamH
   Operand from = src, to = dst;
   // The source is staged when the kernel cannot read it, or so that the result does not
   // depend on the order the threads run in when it overlaps the destination.
-  if (overlap || !kernel_can_access(sinfo, on.device)) from.ptr = stage.in(src.ptr, sr);
-  if (!kernel_can_access(dinfo, on.device)) to.ptr = stage.out(dst.ptr, dr, layout.is_dense());
+  if (overlap || !kernel_can_access(sinfo, on.device)) {
+    from.ptr = stage.in(src.ptr, sr);
+  } else {
+    from.ptr = st.kernel_address(sinfo, src.ptr, sr.lo, on.device);
+  }
+  if (!kernel_can_access(dinfo, on.device)) {
+    to.ptr = stage.out(dst.ptr, dr, layout.is_dense());
+  } else {
+    to.ptr = st.kernel_address(dinfo, dst.ptr, dr.lo, on.device);
+  }
   detail::copy_kernel(on, to, from);
   stage.finish();
 }
@@ -232,8 +278,9 @@ void Backend::fill_async(const Operand& dst, const void* value, StreamHandle s) 
   StreamScope on(st, stream);
   const PointerInfo info = st.check_memory(where, "dst", dr, false, on.device);
   Staging stage(on);
-  std::uint64_t dp = dst.ptr;
-  if (!kernel_can_access(info, on.device)) dp = stage.out(dst.ptr, dr, layout.is_dense());
+  const std::uint64_t dp = kernel_can_access(info, on.device)
+                               ? st.kernel_address(info, dst.ptr, dr.lo, on.device)
+                               : stage.out(dst.ptr, dr, layout.is_dense());
   detail::launch(on, kernels::plan_fill(where, dp, kernels::merge_operands<1>({&dst}),
                                         layout.itemsize(), value));
   stage.finish();
@@ -260,11 +307,20 @@ void Backend::elementwise_async(ElementwiseOp op, ElementType type,
                     std::span(infos.data(), operands.size()));
   const std::size_t align = detail::kAlignment[static_cast<int>(type)];
   std::array<const Operand*, CAI_KERNEL_MAX_OPERANDS> ops{};
+  // Operands at another address for the kernel (registered memory), or staged copies.
+  std::array<std::optional<Operand>, CAI_KERNEL_MAX_OPERANDS> staged;
   bool in_place = true;
   for (std::size_t k = 0; k < operands.size(); ++k) {
     ops[k] = &operands[k];
-    in_place =
-        in_place && kernel_can_access(infos[k], on.device) && detail::aligned(operands[k], align);
+    const bool reachable = kernel_can_access(infos[k], on.device);
+    if (reachable && infos[k].kind == MemoryKind::pinned_host) {
+      const std::uint64_t p = st.kernel_address(infos[k], operands[k].ptr, ranges[k].lo, on.device);
+      if (p != operands[k].ptr) {
+        staged[k].emplace(operands[k]).ptr = p;
+        ops[k] = &*staged[k];
+      }
+    }
+    in_place = in_place && reachable && detail::aligned(operands[k], align);
   }
   const std::span<const Operand* const> used(ops.data(), operands.size());
   if (in_place) {
@@ -273,7 +329,6 @@ void Backend::elementwise_async(ElementwiseOp op, ElementType type,
   }
   // The operands as given, or a staged copy where the kernel cannot use them in place.
   Staging stage(on);
-  std::array<std::optional<Operand>, CAI_KERNEL_MAX_OPERANDS> staged;
   for (std::size_t k = 0; k < operands.size(); ++k) {
     const bool out = k == 0;
     if (!kernel_can_access(infos[k], on.device)) {

@@ -111,6 +111,25 @@ class Ranges {
     }
   }
 
+  /// Appends the offsets from lo at which a remembered range starts or ends strictly inside
+  /// [lo, lo + bytes): where a host range passes in or out of page-locked memory.
+  void cuts(std::uint64_t lo, std::uint64_t bytes, std::vector<std::uint64_t>& out) const {
+    const std::uint64_t hi = lo + bytes;
+    const auto add = [&](std::uint64_t at) {
+      if (at > lo && at < hi) out.push_back(at - lo);
+    };
+    std::lock_guard lock(mutex_);
+    auto it = by_base_.upper_bound(lo);
+    if (it != by_base_.begin()) {
+      const auto& prev = *std::prev(it);
+      add(prev.first + prev.second.info.alloc_size);
+    }
+    for (; it != by_base_.end() && it->first < hi; ++it) {
+      add(it->first);
+      add(it->first + it->second.info.alloc_size);
+    }
+  }
+
   /// Forgets every foreign range that overlaps [base, base + size).
   void forget(std::uint64_t base, std::uint64_t size) {
     std::lock_guard lock(mutex_);

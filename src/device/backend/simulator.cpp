@@ -18,7 +18,7 @@ using namespace cu;
 
 // `context`: the call may name a default stream, which is the current context's.
 detail::BackendState& simulated(Backend& b, const char* where, bool context = false) {
-  detail::BackendState& st = b.state();
+  detail::BackendState& st = detail::state_of(b);
   if (st.sim == nullptr) {
     throw_error(Errc::device_error, std::string("cai::device::sim::") + where +
                                         "(): the driver is \"" + std::string(b.name()) +

@@ -76,6 +76,7 @@ struct CaiSimStats {
   X(cuMemGetInfo, 3020, (std::size_t* free, std::size_t* total))                                \
   X(cuMemHostRegister, 6050, (void* ptr, std::size_t bytes, unsigned int flags))               \
   X(cuMemHostUnregister, 4000, (void* ptr))                                                     \
+  X(cuMemHostGetDevicePointer, 3020, (CUdeviceptr* device_ptr, void* ptr, unsigned int flags)) \
   X(cuMemAllocAsync, 11020, (CUdeviceptr* ptr, std::size_t bytes, CUstream stream))            \
   X(cuMemFreeAsync, 11020, (CUdeviceptr ptr, CUstream stream))                                  \
   X(cuPointerGetAttribute, 4000, (void* data, CUpointer_attribute attribute, CUdeviceptr ptr))  \
@@ -133,7 +134,8 @@ struct CaiSimStats {
                         unsigned int times))                                                    \
   X(caiSimMemAllocChunked, (CUdeviceptr* ptr, std::size_t chunk_bytes, unsigned int chunks))  \
   X(caiSimMemFreeChunked, (CUdeviceptr ptr))                                                    \
-  X(caiSimHostAddress, (void** host, CUdeviceptr ptr))
+  X(caiSimHostAddress, (void** host, CUdeviceptr ptr))                                          \
+  X(caiSimSetDeviceAttribute, (int value, CUdevice_attribute attribute, CUdevice device))
 // clang-format on
 
 namespace cai::device::cu {

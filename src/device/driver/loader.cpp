@@ -36,54 +36,50 @@ std::string describe(const DriverApi& a, CUresult r) {
   return s;
 }
 
-Driver load_driver(const SymbolLookup& lookup, std::string name) {
-  Driver d;
-  d.name = std::move(name);
+namespace {
+
+// The phases of load_driver: each returns "" or why the driver cannot be used.
+
+// The entries every driver exports by name, its version, and cuInit.
+std::string initialise(const SymbolLookup& lookup, GetProcAddressFn get_proc, Driver& d) {
   DriverApi& a = d.api;
-  // The simulated driver says why a call failed (a bad CAI_SIM_DEVICES, say).
-  const auto error_detail =
-      reinterpret_cast<decltype(SimApi::caiSimGetErrorDetail)>(lookup("caiSimGetErrorDetail"));
-  auto fail = [&](std::string why) {
-    const char* detail = nullptr;
-    if (error_detail != nullptr && error_detail(&detail) == CUDA_SUCCESS && detail != nullptr)
-      why += std::string(": ") + detail;
-    d.error = "CUDA backend: " + why + std::string(kUseSim);
-    return std::move(d);
-  };
-  // These five are exported under their plain names by every driver cuGetProcAddress_v2
-  // exists in (CUDA 12.0+); everything else goes through cuGetProcAddress.
-  auto get_proc = reinterpret_cast<GetProcAddressFn>(lookup("cuGetProcAddress_v2"));
+  // These are exported under their plain names by every driver cuGetProcAddress_v2 exists in
+  // (CUDA 12.0+); everything else goes through cuGetProcAddress.
   a.cuGetErrorName = reinterpret_cast<decltype(a.cuGetErrorName)>(lookup("cuGetErrorName"));
   a.cuGetErrorString = reinterpret_cast<decltype(a.cuGetErrorString)>(lookup("cuGetErrorString"));
   a.cuInit = reinterpret_cast<decltype(a.cuInit)>(lookup("cuInit"));
   a.cuDriverGetVersion =
       reinterpret_cast<decltype(a.cuDriverGetVersion)>(lookup("cuDriverGetVersion"));
   if (a.cuInit == nullptr || a.cuDriverGetVersion == nullptr)
-    return fail(d.name + " does not export cuInit (not an NVIDIA driver)");
+    return d.name + " does not export cuInit (not an NVIDIA driver)";
   if (CUresult r = a.cuDriverGetVersion(&d.version); r != CUDA_SUCCESS) {
     if (r == CUDA_ERROR_STUB_LIBRARY) {
       // The toolkit's link-time stub found first on the library path: it only returns this.
       Dl_info info{};
       const bool named =
           dladdr(reinterpret_cast<void*>(a.cuInit), &info) != 0 && info.dli_fname != nullptr;
-      return fail(d.name + (named ? " (" + std::string(info.dli_fname) + ")" : std::string()) +
-                  " is the CUDA toolkit's stub library, not an NVIDIA driver; remove its "
-                  "directory from the library path");
+      return d.name + (named ? " (" + std::string(info.dli_fname) + ")" : std::string()) +
+             " is the CUDA toolkit's stub library, not an NVIDIA driver; remove its "
+             "directory from the library path";
     }
-    return fail("cuDriverGetVersion failed: " + describe(a, r));
+    return "cuDriverGetVersion failed: " + describe(a, r);
   }
   if (get_proc == nullptr || d.version < kDriverApiVersion) {
-    return fail("the NVIDIA driver supports CUDA " + version_text(d.version) + ", cai needs " +
-                version_text(kDriverApiVersion) + " or later; update the driver");
+    return "the NVIDIA driver supports CUDA " + version_text(d.version) + ", cai needs " +
+           version_text(kDriverApiVersion) + " or later; update the driver";
   }
   if (CUresult r = a.cuInit(0); r != CUDA_SUCCESS) {
     const char* what = r == CUDA_ERROR_NO_DEVICE      ? "no CUDA device found"
                        : r == CUDA_ERROR_STUB_LIBRARY ? "the toolkit's stub library, not a driver"
                                                       : "the driver failed to initialise";
-    return fail(std::string("cuInit failed (") + what + "): " + describe(a, r));
+    return std::string("cuInit failed (") + what + "): " + describe(a, r);
   }
   d.initialised = true;
+  return {};
+}
 
+// Every entry of CAI_DRIVER_ENTRIES, at the ABI version cai was written for.
+std::string resolve_entries(GetProcAddressFn get_proc, DriverApi& a) {
 #define CAI_DETAIL_SLOT(entry, ...) {#entry, reinterpret_cast<void**>(&a.entry)},
   const Slot slots[] = {CAI_DRIVER_ENTRIES(CAI_DETAIL_SLOT)};
 #undef CAI_DETAIL_SLOT
@@ -92,14 +88,17 @@ Driver load_driver(const SymbolLookup& lookup, std::string name) {
     const CUresult r =
         get_proc(s.name, s.slot, kDriverApiVersion, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);
     if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || *s.slot == nullptr) {
-      return fail(std::string("cuGetProcAddress(\"") + s.name + "\", " +
-                  std::to_string(kDriverApiVersion) + ") failed: " +
-                  (r != CUDA_SUCCESS ? describe(a, r)
-                                     : "symbol status " + std::to_string(static_cast<int>(found))));
+      return std::string("cuGetProcAddress(\"") + s.name + "\", " +
+             std::to_string(kDriverApiVersion) + ") failed: " +
+             (r != CUDA_SUCCESS ? describe(a, r)
+                                : "symbol status " + std::to_string(static_cast<int>(found)));
     }
   }
+  return {};
+}
 
-  // The simulator's own entries: all of them, or a driver without them.
+// The simulator's own entries: all of them (d.simulated), or a driver without them.
+std::string resolve_sim_entries(GetProcAddressFn get_proc, Driver& d) {
   SimApi& sim = d.sim;
 #define CAI_DETAIL_SIM_SLOT(entry, ...) {#entry, reinterpret_cast<void**>(&sim.entry)},
   const Slot sim_slots[] = {CAI_SIM_ENTRIES(CAI_DETAIL_SIM_SLOT)};
@@ -116,21 +115,48 @@ Driver load_driver(const SymbolLookup& lookup, std::string name) {
     }
   }
   if (sim_found != 0 && sim_found != sim_entry_count)
-    return fail(d.name + " has " + std::to_string(sim_found) + " of the " +
-                std::to_string(sim_entry_count) + " entry points of cai's simulator");
+    return d.name + " has " + std::to_string(sim_found) + " of the " +
+           std::to_string(sim_entry_count) + " entry points of cai's simulator";
   d.simulated = sim_found == sim_entry_count;
+  return {};
+}
 
+std::string list_devices(Driver& d) {
+  const DriverApi& a = d.api;
   int count = 0;
   if (CUresult r = a.cuDeviceGetCount(&count); r != CUDA_SUCCESS)
-    return fail("cuDeviceGetCount failed: " + describe(a, r));
-  if (count <= 0) return fail("the NVIDIA driver found no CUDA device");
+    return "cuDeviceGetCount failed: " + describe(a, r);
+  if (count <= 0) return "the NVIDIA driver found no CUDA device";
   for (int i = 0; i < count; ++i) {
     CUdevice dev = 0;
     if (CUresult r = a.cuDeviceGet(&dev, i); r != CUDA_SUCCESS)
-      return fail("cuDeviceGet(" + std::to_string(i) + ") failed: " + describe(a, r));
+      return "cuDeviceGet(" + std::to_string(i) + ") failed: " + describe(a, r);
     d.devices.push_back(dev);
   }
-  d.ok = true;
+  return {};
+}
+
+}  // namespace
+
+Driver load_driver(const SymbolLookup& lookup, std::string name) {
+  Driver d;
+  d.name = std::move(name);
+  const auto get_proc = reinterpret_cast<GetProcAddressFn>(lookup("cuGetProcAddress_v2"));
+  std::string why = initialise(lookup, get_proc, d);
+  if (why.empty()) why = resolve_entries(get_proc, d.api);
+  if (why.empty()) why = resolve_sim_entries(get_proc, d);
+  if (why.empty()) why = list_devices(d);
+  if (why.empty()) {
+    d.ok = true;
+    return d;
+  }
+  // The simulated driver says why a call failed (a bad CAI_SIM_DEVICES, say).
+  const auto error_detail =
+      reinterpret_cast<decltype(SimApi::caiSimGetErrorDetail)>(lookup("caiSimGetErrorDetail"));
+  const char* detail = nullptr;
+  if (error_detail != nullptr && error_detail(&detail) == CUDA_SUCCESS && detail != nullptr)
+    why += std::string(": ") + detail;
+  d.error = "CUDA backend: " + why + std::string(kUseSim);
   return d;
 }
 

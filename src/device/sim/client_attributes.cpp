@@ -66,12 +66,13 @@ constexpr Attribute kAttributes[] = {
     {88, 0},           // PAGEABLE_MEMORY_ACCESS
     {89, 1},           // CONCURRENT_MANAGED_ACCESS
     {90, 1},           // COMPUTE_PREEMPTION_SUPPORTED
-    {91, 1},           // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+    {91, 1},           // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM (SimDriver answers it)
     {95, 1},           // COOPERATIVE_LAUNCH
     {97, 232448},      // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
     {99, 1},           // HOST_REGISTER_SUPPORTED
     {102, 0},          // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED (not simulated)
     {106, 32},         // MAX_BLOCKS_PER_MULTIPROCESSOR
+    {113, 1},          // READ_ONLY_HOST_REGISTER_SUPPORTED
     {115, 1},          // MEMORY_POOLS_SUPPORTED
     {119, 0},          // MEMPOOL_SUPPORTED_HANDLE_TYPES (pool IPC is not simulated)
     {125, 1},          // IPC_EVENT_SUPPORTED

@@ -69,7 +69,6 @@ inline constexpr CUresult kErrorPeerAccessNotEnabled = static_cast<CUresult>(705
   X(cuStreamGetFlags, 5050, (CUstream stream, unsigned int* flags))                            \
   X(cuStreamIsCapturing, 10000, (CUstream stream, CUstreamCaptureStatus* status))              \
   X(cuMemHostAlloc, 2020, (void** ptr, std::size_t bytes, unsigned int flags))                 \
-  X(cuMemHostGetDevicePointer, 3020, (CUdeviceptr* device_ptr, void* ptr, unsigned int flags)) \
   X(cuMemHostGetFlags, 2030, (unsigned int* flags, void* ptr))                                 \
   X(cuMemcpy, 4000, (CUdeviceptr dst, CUdeviceptr src, std::size_t bytes))                     \
   X(cuMemcpyHtoD, 3020, (CUdeviceptr dst, const void* src, std::size_t bytes))                 \

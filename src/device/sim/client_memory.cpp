@@ -102,12 +102,13 @@ CUresult SimDriver::memset_locked(CUdeviceptr dst, unsigned pattern, std::size_t
     return fail(CUDA_ERROR_INVALID_VALUE, std::string(name) + ": " + hex_text(dst) +
                                               " is not aligned to " + std::to_string(size) +
                                               " bytes");
-  std::int64_t delta = 0;
-  if (CUresult r =
-          reach_locked(dst, dst + bytes, s->device, false, CUDA_ERROR_INVALID_VALUE, "dst", delta))
+  std::int64_t delta = 0, to_host = 0;
+  if (CUresult r = reach_locked(dst, dst + bytes, s->device, false, true, CUDA_ERROR_INVALID_VALUE,
+                                "dst", delta, nullptr, 0, &to_host))
     return r;
   if (host_target != nullptr) *host_target = !device_memory_locked(dst);
-  const AccessRun runs[] = {{dst, dst + bytes, true}};
+  const std::uint64_t at = static_cast<std::uint64_t>(static_cast<std::int64_t>(dst) + to_host);
+  const AccessRun runs[] = {{at, at + bytes, true}};
   Op op;
   op.name = name;
   op.fn = [to = reinterpret_cast<std::byte*>(static_cast<std::intptr_t>(dst) + delta), pattern,
@@ -181,14 +182,21 @@ CUresult SimDriver::cuMemHostGetDevicePointer(CUdeviceptr* device_ptr, void* ptr
   int device = 0;
   if (CUresult r = need_context_locked(device)) return r;
   const std::uint64_t p = address(ptr);
-  const Allocation* a = find_locked(p, p + 1);
+  std::uint64_t base = 0;
+  const Allocation* a = find_locked(p, p + 1, &base);
   if (a == nullptr || (a->kind != Kind::pinned && a->kind != Kind::registered))
     return fail(CUDA_ERROR_INVALID_VALUE,
                 hex_text(p) +
                     " is not page-locked host memory (cuMemHostAlloc, cuMemAllocHost, "
                     "cuMemHostRegister)");
-  // Unified addressing: page-locked memory is mapped at its host address on every device.
-  *device_ptr = p;
+  if (a->kind == Kind::registered && (a->host_flags & kMemHostRegisterDeviceMap) == 0)
+    return fail(CUDA_ERROR_INVALID_VALUE,
+                hex_text(p) +
+                    " was registered without CU_MEMHOSTREGISTER_DEVICEMAP: the driver "
+                    "did not map it for the device");
+  // Unified addressing: allocated page-locked memory is mapped at its host address on every
+  // device; registered memory too, unless a device cannot use the host pointer.
+  *device_ptr = a->mapped != 0 ? a->mapped + (p - base) : p;
   return CUDA_SUCCESS;
 }
 

@@ -385,11 +385,36 @@ CUresult SimDriver::cuDeviceGetAttribute(int* value, CUdevice_attribute attribut
                                          CUdevice device) {
   CAI_SIM_CHECK_DEVICE(device)
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (attribute == CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM) {
+    std::lock_guard lk(mu_);
+    *value = host_pointer_for_registered_[static_cast<std::size_t>(device)];
+    return CUDA_SUCCESS;
+  }
   if (device_attribute(attribute, physical_[static_cast<std::size_t>(device)], *value))
     return CUDA_SUCCESS;
   return fail(
       CUDA_ERROR_INVALID_VALUE,
       "device attribute " + std::to_string(static_cast<int>(attribute)) + " is not simulated");
+}
+
+CUresult SimDriver::caiSimSetDeviceAttribute(int value, CUdevice_attribute attribute,
+                                             CUdevice device) {
+  CAI_SIM_CHECK_DEVICE(device)
+  if (attribute != CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM ||
+      (value != 0 && value != 1))
+    return fail(CUDA_ERROR_NOT_SUPPORTED,
+                "caiSimSetDeviceAttribute: only CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM (91), to "
+                "0 or 1");
+  std::lock_guard lk(mu_);
+  // Registered memory has its device address from the registration: no change under it.
+  for (const auto& [base, a] : memory_) {
+    if (a.kind == Kind::registered)
+      return fail(CUDA_ERROR_NOT_PERMITTED,
+                  "caiSimSetDeviceAttribute: host memory is registered (" + hex_text(base) +
+                      "); change CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM before registering");
+  }
+  host_pointer_for_registered_[static_cast<std::size_t>(device)] = value;
+  return CUDA_SUCCESS;
 }
 
 CUresult SimDriver::cuDeviceTotalMem(std::size_t* bytes, CUdevice device) {

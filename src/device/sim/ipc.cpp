@@ -109,6 +109,7 @@ void SimDriver::unexport_locked(const Allocation& a) {
 CUresult SimDriver::cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(mu_);
+  if (CUresult r = freed_async_locked(ptr, "cuIpcGetMemHandle")) return r;
   auto it = memory_.find(ptr);
   if (it == memory_.end() || it->second.kind != Kind::device) {
     std::string why = hex_text(ptr) + " is not the start of a cuMemAlloc allocation";

@@ -155,13 +155,19 @@ CUresult SimDriver::cuLaunchKernel(CUfunction function, unsigned int grid_x, uns
   for (int k = 0; k < e.operands; ++k) {
     OperandAccess a = operand_access(e, args, k);
     if (a.lo == a.hi) continue;
-    std::int64_t delta = 0;
-    if (CUresult r = reach_locked(a.lo, a.hi, s->device, false, CUDA_ERROR_ILLEGAL_ADDRESS,
+    std::int64_t delta = 0, to_host = 0;
+    const bool write =
+        std::any_of(a.runs.begin(), a.runs.end(), [](const AccessRun& r) { return r.write; });
+    if (CUresult r = reach_locked(a.lo, a.hi, s->device, false, write, CUDA_ERROR_ILLEGAL_ADDRESS,
                                   kernels::kernel_names[index].data(), delta, "operand",
-                                  static_cast<std::size_t>(k)))
+                                  static_cast<std::size_t>(k), &to_host))
       return r;
     run.ptr[k] = static_cast<std::uint64_t>(static_cast<std::int64_t>(args.ptr[k]) + delta);
-    runs.insert(runs.end(), a.runs.begin(), a.runs.end());
+    for (AccessRun r : a.runs) {
+      r.lo = static_cast<std::uint64_t>(static_cast<std::int64_t>(r.lo) + to_host);
+      r.hi = static_cast<std::uint64_t>(static_cast<std::int64_t>(r.hi) + to_host);
+      runs.push_back(r);
+    }
   }
   runs = normalize_runs(std::move(runs));
   Op op;
@@ -190,8 +196,9 @@ CUresult SimDriver::caiSimLaunchHostTask(CUstream h, const CaiSimAccess* accesse
     std::int64_t delta = 0;
     if (!mine.empty()) {
       std::uint64_t lo = mine.front().lo, hi = mine.back().hi;
-      if (CUresult r = reach_locked(lo, hi, -1, true, CUDA_ERROR_ILLEGAL_ADDRESS,
-                                    name ? name : "task", delta, "access", i))
+      if (CUresult r =
+              reach_locked(lo, hi, -1, true, accesses[i].write != 0, CUDA_ERROR_ILLEGAL_ADDRESS,
+                           name ? name : "task", delta, "access", i))
         return r;
     }
     host[i] = static_cast<std::uint64_t>(static_cast<std::int64_t>(accesses[i].ptr) + delta);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -26,21 +27,29 @@ std::string range_of(std::uint64_t lo, std::uint64_t hi) {
 
 // Whether [lo, hi) is mapped in this process (pageable host memory the host may touch).
 bool host_mapped(std::uint64_t lo, std::uint64_t hi) {
-  static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t page = host_page_size();
   const std::uint64_t a = lo / page * page;
   return ::msync(reinterpret_cast<void*>(static_cast<std::uintptr_t>(a)), hi - a, MS_ASYNC) == 0;
 }
 
 }  // namespace
 
+std::size_t host_page_size() noexcept {
+  static const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+// Page-locked and managed memory occupies whole pages of its own, as the driver's does (it
+// maps pages for it): a heap neighbour never shares a page with it, so cuMemHostRegister of
+// the neighbour's pages cannot overlap it.
 std::byte* allocate_host_block(std::size_t bytes) {
-  const std::size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-  return static_cast<std::byte*>(
-      ::operator new (rounded, std::align_val_t{kHostAlignment}, std::nothrow));
+  const std::size_t page = host_page_size();
+  const std::size_t rounded = (bytes + page - 1) / page * page;
+  return static_cast<std::byte*>(::operator new (rounded, std::align_val_t{page}, std::nothrow));
 }
 
 void free_host_block(std::byte* p) noexcept {
-  ::operator delete (p, std::align_val_t{kHostAlignment});
+  ::operator delete (p, std::align_val_t{host_page_size()});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -102,8 +111,8 @@ const SimDriver::Allocation* SimDriver::chunks_locked(std::uint64_t lo, std::uin
 }
 
 CUresult SimDriver::reach_locked(std::uint64_t lo, std::uint64_t hi, int device, bool pageable_ok,
-                                 CUresult error, const char* what, std::int64_t& delta,
-                                 const char* part, std::size_t index) {
+                                 bool write, CUresult error, const char* what, std::int64_t& delta,
+                                 const char* part, std::size_t index, std::int64_t* to_host) {
   // Built only for a message: this check runs for every operand of every operation.
   const auto where = [&] {
     std::string s(what);
@@ -116,6 +125,9 @@ CUresult SimDriver::reach_locked(std::uint64_t lo, std::uint64_t hi, int device,
   if (a == nullptr && partial) a = chunks_locked(lo, hi, base);
   if (a == nullptr) {
     if (partial) return fail(error, where() + " straddles the end or the start of an allocation");
+    if (!freed_async_.empty()) {
+      if (CUresult r = freed_async_locked(lo, where().c_str())) return r;
+    }
     for (const DeviceState& ds : device_state_) {
       if (ds.heap && ds.heap->contains(lo))
         return fail(error, where() +
@@ -138,7 +150,26 @@ CUresult SimDriver::reach_locked(std::uint64_t lo, std::uint64_t hi, int device,
                            ", which a kernel of device " + std::to_string(device) +
                            " cannot reach (peer access is not enabled)");
   }
+  if (a->kind == Kind::registered && device >= 0) {
+    // Copies reach page-locked memory without a mapping; kernels and memsets need one.
+    if ((a->host_flags & kMemHostRegisterDeviceMap) == 0)
+      return fail(error, where() +
+                             " is host memory registered without CU_MEMHOSTREGISTER_DEVICEMAP, "
+                             "which the driver does not map for the device");
+    if (a->mapped != 0 && host_pointer_for_registered_[static_cast<std::size_t>(device)] == 0)
+      return fail(error, where() +
+                             " is registered host memory reached at its host address on device " +
+                             std::to_string(device) +
+                             ", whose CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM is 0: the device "
+                             "reaches it at the address cuMemHostGetDevicePointer gives");
+  }
+  if (write && (a->kind == Kind::registered || a->kind == Kind::mapped) &&
+      (a->host_flags & kMemHostRegisterReadOnly) != 0)
+    return fail(error, where() +
+                           " is written, but was registered with CU_MEMHOSTREGISTER_READ_ONLY: "
+                           "the device may only read it");
   delta = reinterpret_cast<std::intptr_t>(a->host) - static_cast<std::int64_t>(base);
+  if (to_host) *to_host = a->kind == Kind::mapped ? delta : 0;
   return CUDA_SUCCESS;
 }
 
@@ -154,6 +185,11 @@ void SimDriver::give_back_locked(std::uint64_t base, const Allocation& a) {
     case Kind::pinned:
     case Kind::managed:
       free_host_block(a.host);
+      break;
+    case Kind::mapped:
+      // Its block started at the alignment below it (the offset in a page is kept).
+      heap_locked(a.device).release(base / DeviceHeap::alignment * DeviceHeap::alignment,
+                                    a.size + base % DeviceHeap::alignment);
       break;
     case Kind::opened:
     case Kind::registered:
@@ -288,8 +324,11 @@ std::uint64_t SimDriver::host_allocation_locked(std::size_t bytes, Kind kind, CU
 
 CUresult SimDriver::cuMemHostRegister(void* ptr, std::size_t bytes, unsigned int flags) {
   if (ptr == nullptr || bytes == 0 ||
-      (flags & ~(kMemHostRegisterPortable | kMemHostRegisterDeviceMap)) != 0)
-    return fail(CUDA_ERROR_INVALID_VALUE, "cuMemHostRegister: null, empty or unknown flags");
+      (flags &
+       ~(kMemHostRegisterPortable | kMemHostRegisterDeviceMap | kMemHostRegisterReadOnly)) != 0)
+    return fail(CUDA_ERROR_INVALID_VALUE,
+                "cuMemHostRegister: null, empty, or flags other than PORTABLE, DEVICEMAP, "
+                "READ_ONLY");
   const auto lo = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ptr));
   std::unique_lock lk(mu_);
   int device = 0;
@@ -306,6 +345,21 @@ CUresult SimDriver::cuMemHostRegister(void* ptr, std::size_t bytes, unsigned int
   a.kind = Kind::registered;
   a.device = device;
   a.host = static_cast<std::byte*>(ptr);
+  a.host_flags = flags;
+  const bool host_pointer_everywhere =
+      std::all_of(host_pointer_for_registered_.begin(), host_pointer_for_registered_.end(),
+                  [](int v) { return v != 0; });
+  if ((flags & kMemHostRegisterDeviceMap) != 0 && !host_pointer_everywhere) {
+    // A device that cannot use the host pointer: the memory gets a device address of its own
+    // (one for all devices), at the same offset from the heap's alignment as the host's.
+    const std::uint64_t offset = lo % DeviceHeap::alignment;
+    const std::uint64_t block = heap_locked(device).allocate(bytes + offset);
+    if (block == 0)
+      return fail(CUDA_ERROR_OUT_OF_MEMORY, "no device address for registered memory");
+    Allocation m = a;
+    m.kind = Kind::mapped;
+    a.mapped = add_allocation_locked(block + offset, std::move(m));
+  }
   add_allocation_locked(lo, std::move(a));
   return CUDA_SUCCESS;
 }
@@ -384,6 +438,11 @@ CUresult SimDriver::cuMemHostUnregister(void* p) {
   memory_.erase(it);
   drain_locked(lk);
   races_.forget(ptr, ptr + a.size);
+  if (a.mapped != 0) {
+    auto m = memory_.find(a.mapped);
+    give_back_locked(m->first, m->second);
+    memory_.erase(m);
+  }
   return CUDA_SUCCESS;
 }
 
@@ -423,7 +482,8 @@ CUresult SimDriver::freed_async_locked(CUdeviceptr ptr, const char* entry) const
   return fail(CUDA_ERROR_ILLEGAL_STATE,
               std::string("undefined on a real driver: ") + entry + " of " + hex_text(ptr) +
                   ", in memory freed by cuMemFreeAsync at " + hex_text(it->first) +
-                  " (its pointer attributes are undefined once the free is enqueued)");
+                  " (once the free is enqueued, the memory and its pointer attributes are "
+                  "undefined)");
 }
 
 CUresult SimDriver::cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
@@ -465,16 +525,15 @@ CUresult SimDriver::attributes_locked(unsigned int count, const CUpointer_attrib
       case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         *static_cast<unsigned*>(d) =
             !a ? 0u
-               : static_cast<unsigned>(a->kind == Kind::pinned || a->kind == Kind::registered
+               : static_cast<unsigned>(host_kind(a->kind) && a->kind != Kind::managed
                                            ? CU_MEMORYTYPE_HOST
                                            : CU_MEMORYTYPE_DEVICE);
         break;
       case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-        *static_cast<CUdeviceptr*>(d) = a ? ptr : 0;
+        *static_cast<CUdeviceptr*>(d) = !a ? 0 : a->mapped != 0 ? a->mapped + (ptr - base) : ptr;
         break;
       case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        *static_cast<void**>(d) =
-            host ? reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)) : nullptr;
+        *static_cast<void**>(d) = host ? a->host + (ptr - base) : nullptr;
         break;
       case CU_POINTER_ATTRIBUTE_IS_MANAGED:
         *static_cast<unsigned*>(d) = a && a->kind == Kind::managed ? 1u : 0u;
@@ -522,13 +581,16 @@ CUresult SimDriver::cuMemGetAddressRange(CUdeviceptr* base, std::size_t* size, C
   const Allocation* a = find_locked(ptr, ptr + 1, &start);
   if (a == nullptr)
     return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not memory the driver knows");
-  // Documented for cuMemAlloc/cuMemAllocPitch memory only: anything else is the range
-  // attributes' to answer.
-  if (a->kind != Kind::device)
+  // Documented for cuMemAlloc/cuMemAllocPitch memory; the driver also answers for its other
+  // allocations (numba-cuda's tests size cuMemHostAlloc memory with it on GPUs). Registered
+  // ranges, mappings and opened IPC memory: unobserved, so the range attributes' to answer.
+  if (a->kind != Kind::device && a->kind != Kind::pool && a->kind != Kind::pinned &&
+      a->kind != Kind::managed)
     return fail(CUDA_ERROR_INVALID_VALUE,
                 "cuMemGetAddressRange: " + hex_text(ptr) +
-                    " is not cuMemAlloc/cuMemAllocPitch memory, the only memory the driver "
-                    "documents it for (use CU_POINTER_ATTRIBUTE_RANGE_START_ADDR/RANGE_SIZE)");
+                    " is not memory the driver allocated (cuMemAlloc, cuMemAllocAsync, "
+                    "cuMemAllocHost, cuMemAllocManaged); the simulated driver answers only for "
+                    "those (use CU_POINTER_ATTRIBUTE_RANGE_START_ADDR/RANGE_SIZE)");
   if (base) *base = start;
   if (size) *size = a->size;
   return CUDA_SUCCESS;
@@ -556,19 +618,20 @@ CUresult SimDriver::copy_locked(std::unique_lock<std::mutex>& lk, CUdeviceptr ds
   if (bytes == 0) return CUDA_SUCCESS;
   if (dst == 0 || src == 0 || dst + bytes < dst || src + bytes < src)
     return fail(CUDA_ERROR_INVALID_VALUE, std::string(name) + ": a null or wrapping range");
-  std::int64_t dd = 0, sd = 0;
+  std::int64_t dd = 0, sd = 0, dst_to_host = 0, src_to_host = 0;
   const bool peer = dst_device.has_value();
-  if (CUresult r = reach_locked(dst, dst + bytes, -1, !peer, CUDA_ERROR_INVALID_VALUE, "dst", dd))
+  if (CUresult r = reach_locked(dst, dst + bytes, -1, !peer, true, CUDA_ERROR_INVALID_VALUE, "dst",
+                                dd, nullptr, 0, &dst_to_host))
     return r;
-  if (CUresult r = reach_locked(src, src + bytes, -1, !peer, CUDA_ERROR_INVALID_VALUE, "src", sd))
+  if (CUresult r = reach_locked(src, src + bytes, -1, !peer, false, CUDA_ERROR_INVALID_VALUE, "src",
+                                sd, nullptr, 0, &src_to_host))
     return r;
   if (peer) {
     const std::pair<const char*, std::pair<std::uint64_t, int>> sides[] = {
         {"dst", {dst, *dst_device}}, {"src", {src, *src_device}}};
     for (const auto& [side, at] : sides) {
       const Allocation* a = find_locked(at.first, at.first + 1);
-      if (a->kind == Kind::pinned || a->kind == Kind::registered || a->kind == Kind::managed ||
-          a->device != at.second)
+      if (host_kind(a->kind) || a->device != at.second)
         return fail(CUDA_ERROR_INVALID_VALUE, std::string(name) + ": " + side + " at " +
                                                   hex_text(at.first) +
                                                   " is not device memory of the context's device " +
@@ -589,7 +652,29 @@ CUresult SimDriver::copy_locked(std::unique_lock<std::mutex>& lk, CUdeviceptr ds
     return find_locked(lo, lo + bytes) != nullptr || chunks_locked(lo, lo + bytes, base) != nullptr;
   };
   const bool pageable = !known(dst) || !known(src);
-  std::vector<AccessRun> runs{{src, src + bytes, false}, {dst, dst + bytes, true}};
+  const auto at_host = [](std::uint64_t p, std::int64_t shift) {
+    return static_cast<std::uint64_t>(static_cast<std::int64_t>(p) + shift);
+  };
+  if (pageable && known(dst) && device_memory_locked(dst)) {
+    // Pageable to device memory: the call returns once the bytes are staged (read by the host
+    // now), so the caller may reuse its buffer at once; the rest is a copy on the stream. The
+    // driver may also wait for the stream first: nothing may rely on either.
+    const AccessRun read[] = {{src, src + bytes, false}};
+    host_access_locked(read, name);
+    auto staged = std::make_shared<std::vector<std::byte>>(bytes);
+    std::memcpy(staged->data(), reinterpret_cast<const void*>(static_cast<std::uintptr_t>(src)),
+                bytes);
+    const std::uint64_t at = at_host(dst, dst_to_host);
+    const AccessRun write[] = {{at, at + bytes, true}};
+    Op op;
+    op.name = name;
+    op.fn = [to = reinterpret_cast<std::byte*>(static_cast<std::intptr_t>(dst) + dd),
+             staged = std::move(staged)] { std::memcpy(to, staged->data(), staged->size()); };
+    enqueue_locked(s, std::move(op), write);
+    return CUDA_SUCCESS;
+  }
+  std::vector<AccessRun> runs{{at_host(src, src_to_host), at_host(src, src_to_host) + bytes, false},
+                              {at_host(dst, dst_to_host), at_host(dst, dst_to_host) + bytes, true}};
   runs = normalize_runs(std::move(runs));
   Op op;
   op.name = name;
@@ -683,12 +768,16 @@ CUresult SimDriver::caiSimHostAccess(const CaiSimAccess* access, const char* wha
                       "first");
     }
   }
+  host_access_locked(runs, name);
+  return CUDA_SUCCESS;
+}
+
+void SimDriver::host_access_locked(std::span<const AccessRun> runs, std::string_view name) {
   VectorClock clock = host_clock_;
   if (clock.size() <= host_.actor) clock.resize(host_.actor + 1, 0);
   ++clock[host_.actor];
   if (race_detection_) races_.check_and_record(runs, host_, clock, name);
   host_clock_ = std::move(clock);
-  return CUDA_SUCCESS;
 }
 
 CUresult SimDriver::caiSimSetRaceDetection(int on) {

@@ -167,6 +167,8 @@ class SimDriver {
     opened,      ///< cuIpcOpenMemHandle: another process's memory
     pinned,      ///< cuMemAllocHost
     registered,  ///< cuMemHostRegister
+    mapped,      ///< the device address of registered memory (cuMemHostGetDevicePointer) where
+                 ///< a device cannot use its host pointer
     managed,     ///< cuMemAllocManaged
   };
   struct Allocation {
@@ -179,7 +181,8 @@ class SimDriver {
     std::shared_ptr<SharedMapping> mapping;  ///< opened memory: the other process's segment
     std::uint64_t opened_refs = 0;           ///< opened memory: cuIpcOpenMemHandle count
     std::uint32_t export_slot = ~0u;         ///< the export-table slot when shared
-    unsigned host_flags = 0;                 ///< pinned memory: cuMemHostAlloc's flags
+    unsigned host_flags = 0;   ///< pinned, registered, mapped: cuMemHostAlloc's/Register's flags
+    std::uint64_t mapped = 0;  ///< registered memory: its `mapped` entry's address, or 0
   };
   struct DeviceState {
     std::shared_ptr<Stream> legacy;
@@ -208,13 +211,14 @@ class SimDriver {
   };
 
   static bool host_kind(Kind k) {
-    return k == Kind::pinned || k == Kind::registered || k == Kind::managed;
+    return k == Kind::pinned || k == Kind::registered || k == Kind::mapped || k == Kind::managed;
   }
 
   // All *_locked functions run with mu_ held.
   CUresult attributes_locked(unsigned int count, const CUpointer_attribute* attributes,
                              void* const* data, CUdeviceptr ptr);
-  /// The "undefined on a real driver" error when ptr is in memory freed by cuMemFreeAsync.
+  /// The "undefined on a real driver" error when ptr is in memory freed by cuMemFreeAsync
+  /// (queried, copied, set, launched on or exported).
   CUresult freed_async_locked(CUdeviceptr ptr, const char* entry) const;
   /// The calling thread's current context (its device), or -1.
   int current_locked();
@@ -229,17 +233,23 @@ class SimDriver {
                                 bool* partial = nullptr) const;
   /// The first chunk of the consecutive chunks of one mapping that hold [lo, hi), or null.
   const Allocation* chunks_locked(std::uint64_t lo, std::uint64_t hi, std::uint64_t& base) const;
-  /// The CPU address of [lo, hi) for an operation of `device`'s streams: device memory of that
-  /// device, host memory (pinned, registered, managed, or `pageable_ok` host memory outside
-  /// every allocation). Fails with CUDA_ERROR_ILLEGAL_ADDRESS (kernels) or INVALID_VALUE;
-  /// the message names `what` (followed by "<part> <index>" when part is given).
+  /// The CPU address of [lo, hi) for an operation of `device`'s streams (-1: a copy, which
+  /// needs no mapping): device memory of that device, host memory (pinned, registered with
+  /// DEVICEMAP, managed, or `pageable_ok` host memory outside every allocation); `write`: not
+  /// memory registered READ_ONLY. Fails with CUDA_ERROR_ILLEGAL_ADDRESS (kernels) or
+  /// INVALID_VALUE; the message names `what` (followed by "<part> <index>" when part is given).
+  /// `to_host` (if given) gets what moves [lo, hi) to the addresses the race detector keeps:
+  /// nonzero for the device address of registered memory, whose history is at its host address.
   CUresult reach_locked(std::uint64_t lo, std::uint64_t hi, int device, bool pageable_ok,
-                        CUresult error, const char* what, std::int64_t& delta,
-                        const char* part = nullptr, std::size_t index = 0);
+                        bool write, CUresult error, const char* what, std::int64_t& delta,
+                        const char* part = nullptr, std::size_t index = 0,
+                        std::int64_t* to_host = nullptr);
   /// Enqueues op on s with the legacy-stream ordering; checks and records `runs` first and
   /// changes nothing when they race (throws Error(race)).
   void enqueue_locked(const std::shared_ptr<Stream>& s, Op op, std::span<const AccessRun> runs,
                       const VectorClock* extra_clock = nullptr, const Dep* extra_dep = nullptr);
+  /// An access by the host, now (throws Error(race) and changes nothing when it races).
+  void host_access_locked(std::span<const AccessRun> runs, std::string_view name);
   void retire_locked(Stream& s);
   RaceDetector::Actor free_slot_locked(const VectorClock& clock) const;
   CUresult sticky_locked(Stream& s, std::uint64_t upto);
@@ -260,8 +270,8 @@ class SimDriver {
   void give_back_locked(std::uint64_t base, const Allocation& a);
   void unexport_locked(const Allocation& a);
   void wait_shared_locked(const std::shared_ptr<Stream>& s, const std::shared_ptr<SharedEvent>& ev);
-  /// A host-to-host or host-side copy waits for the stream, as the driver documents for
-  /// pageable memory: the work is done when the call returns.
+  /// A copy with pageable memory as the driver documents it: to device memory it returns once
+  /// the bytes are staged; otherwise it waits for the stream (the work is done on return).
   CUresult copy_locked(std::unique_lock<std::mutex>& lk, CUdeviceptr dst, CUdeviceptr src,
                        std::size_t bytes, CUstream stream, const char* name,
                        std::optional<int> dst_device, std::optional<int> src_device);
@@ -294,6 +304,10 @@ class SimDriver {
   bool pool_stopping_ = false;
   RaceDetector races_;
   bool race_detection_ = true;
+  /// CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM by ordinal (1; tests set 0
+  /// through caiSimSetDeviceAttribute). Memory registered with DEVICEMAP while any device says
+  /// 0 gets a device address of its own (a `mapped` entry), as the driver documents.
+  std::vector<int> host_pointer_for_registered_ = std::vector<int>(64, 1);
   std::map<std::uint64_t, Allocation> memory_;  // by start address
   /// Memory freed by cuMemFreeAsync (start -> size) until its addresses are given out again:
   /// its pointer attributes are undefined on a real driver.

@@ -23,8 +23,6 @@ inline constexpr std::size_t kDeviceMemory = std::size_t{16} << 30;
 /// Interprocess events and shared allocations one process may have at once.
 inline constexpr std::uint32_t kEventSlots = 65536;
 inline constexpr std::uint32_t kExportSlots = 65536;
-/// Host memory (pinned, managed) is aligned like device memory.
-inline constexpr std::size_t kHostAlignment = 256;
 
 // Handles are recognisable in messages and never collide between kinds or instances.
 inline constexpr std::uint64_t kStreamBase = 0x5100000000;
@@ -81,6 +79,8 @@ CUresult fail(CUresult r, std::string detail);
 
 std::string hex_text(std::uint64_t v);
 
+/// The host's page size: page-locked and managed memory comes in whole pages.
+std::size_t host_page_size() noexcept;
 std::byte* allocate_host_block(std::size_t bytes);
 void free_host_block(std::byte* p) noexcept;
 

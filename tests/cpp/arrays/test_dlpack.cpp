@@ -65,5 +65,30 @@ TEST(read_dlpack_test, refuses_what_no_view_can_hold) {
               ThrowsCaiError(Errc::buffer_error, HasSubstr("out of range [0, 64]")));
 }
 
+TEST(read_dlpack_test, sub_byte_elements_must_be_marked_padded) {
+  // DLPack reads bits < 8 as packed unless IS_SUBBYTE_TYPE_PADDED is set; cai holds one per byte.
+  for (const DLDataType type : {DLDataType{kDLFloat4_e2m1fn, 4, 1}, DLDataType{kDLInt, 4, 1},
+                                DLDataType{kDLUInt, 2, 1}, DLDataType{kDLFloat6_e2m3fn, 6, 1}}) {
+    SCOPED_TRACE(static_cast<int>(type.code));
+    Tensor x;
+    x.t.dl_tensor.dtype = type;
+    EXPECT_THAT([&] { (void)read_dlpack(x.t); },
+                ThrowsCaiError(Errc::buffer_error, HasSubstr("elements are packed")));
+    x.t.flags |= DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
+    const DlpackArray a = read_dlpack(x.t);
+    EXPECT_EQ(a.dtype.itemsize(), 1);
+    EXPECT_EQ(Dims(a.layout.strides()), (Dims{1, 3}));  // one byte per element
+    DLManagedTensor legacy{};                           // no flags: always packed
+    legacy.dl_tensor = x.t.dl_tensor;
+    EXPECT_THAT([&] { (void)read_dlpack(legacy); },
+                ThrowsCaiError(Errc::buffer_error, HasSubstr("elements are packed")));
+    EXPECT_EQ(dlpack_storage_flags(type), DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
+    EXPECT_THAT([&] { require_whole_bytes(type, "here", "a bare DLTensor"); },
+                ThrowsCaiError(Errc::buffer_error, HasSubstr("a bare DLTensor cannot say so")));
+  }
+  EXPECT_EQ(dlpack_storage_flags({kDLFloat8_e4m3fn, 8, 1}), 0u);
+  require_whole_bytes({kDLInt, 8, 1}, "here", "a bare DLTensor");
+}
+
 }  // namespace
 }  // namespace cai

@@ -361,6 +361,10 @@ TEST(dtype_test, dlpack_extended_types) {
       {kDLFloat6_e2m3fn, 6, Extended::float6_e2m3fn, 1, "|V1"},
       {kDLFloat6_e3m2fn, 6, Extended::float6_e3m2fn, 1, "|V1"},
       {kDLFloat4_e2m1fn, 4, Extended::float4_e2m1fn, 1, "|V1"},
+      {kDLInt, 4, Extended::int4, 1, "|V1"},
+      {kDLUInt, 4, Extended::uint4, 1, "|V1"},
+      {kDLInt, 2, Extended::int2, 1, "|V1"},
+      {kDLUInt, 2, Extended::uint2, 1, "|V1"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(static_cast<int>(c.code));
@@ -399,7 +403,7 @@ TEST(dtype_test, from_dlpack_rejections) {
                      AllOf(HasSubstr("kDLFloat"), HasSubstr("lanes 4"), HasSubstr("vector type"))));
   EXPECT_THAT(from(kDLInt, 12, 1),
               ThrowsCaiError(Errc::not_implemented,
-                             AllOf(HasSubstr("bits 12"), HasSubstr("expected bits 8, 16"))));
+                             AllOf(HasSubstr("bits 12"), HasSubstr("expected bits 2, 4, 8, 16"))));
   EXPECT_THAT(from(kDLInt, 128, 1),
               ThrowsCaiError(Errc::not_implemented, HasSubstr("no NumPy equivalent")));
   EXPECT_THAT(from(kDLUInt, 0, 1), ThrowsCaiError(Errc::not_implemented, HasSubstr("kDLUInt")));

@@ -633,7 +633,7 @@ TEST(backend_pools, memory_of_a_stream_ordered_pool_is_refused_for_ipc_clearly) 
 TEST(backend_pools, foreign_pool_memory_is_never_remembered_and_a_stale_range_is_asked_again) {
   auto b = detail::make_sim_backend(2);
   // Another library over the same driver: its memory is foreign to `b`.
-  auto other = detail::make_backend(b->state().driver);
+  auto other = detail::make_backend(detail::state_of(*b).driver);
   const std::uint64_t pooled = other->alloc_async(4096, kLegacyDefaultStream);
   const std::uint64_t block = other->alloc(MemoryKind::device, 4096);
   b->reset_call_counts();
@@ -648,8 +648,8 @@ TEST(backend_pools, foreign_pool_memory_is_never_remembered_and_a_stale_range_is
   stale.info = b->pointer_info(block);
   stale.info.device = 1;
   stale.cacheable = true;
-  b->state().ranges.forget(block, 4096);
-  b->state().ranges.add_foreign(stale);
+  detail::state_of(*b).ranges.forget(block, 4096);
+  detail::state_of(*b).ranges.add_foreign(stale);
   b->reset_call_counts();
   const std::int32_t v = 3;
   b->fill_async(dense(block, {1024}, 4), &v, kLegacyDefaultStream);

@@ -149,7 +149,7 @@ TEST(driver_loader, each_failed_step_is_named) {
   EXPECT_THAT(error_of(load_hiding(f, "cuLaunchHostFunc")),
               HasSubstr("cuGetProcAddress(\"cuLaunchHostFunc\", 12000) failed"));
   EXPECT_THAT(error_of(load_hiding(f, "caiSimDelay")),
-              HasSubstr("has 15 of the 16 entry points of cai's simulator"));
+              HasSubstr("has 16 of the 17 entry points of cai's simulator"));
   EXPECT_THAT(error_of(load_hiding(f, "cuDeviceGetCount", reinterpret_cast<void*>(&zero_devices))),
               HasSubstr("found no CUDA device"));
   EXPECT_THAT(error_of(load_hiding(f, "cuDeviceGetCount", reinterpret_cast<void*>(&count_fails))),

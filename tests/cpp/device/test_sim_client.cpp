@@ -301,9 +301,9 @@ TEST(SimClientTest, HostAllocFlagsAndDevicePointers) {
   EXPECT_EQ(CLI(c, cuMemHostGetFlags)(&got, p), CUDA_SUCCESS);
   EXPECT_EQ(got, flags);
   CUdeviceptr d = 0;
-  EXPECT_EQ(CLI(c, cuMemHostGetDevicePointer)(&d, static_cast<char*>(p) + 8, 0), CUDA_SUCCESS);
+  EXPECT_EQ(DRV(c, cuMemHostGetDevicePointer)(&d, static_cast<char*>(p) + 8, 0), CUDA_SUCCESS);
   EXPECT_EQ(d, addr(p) + 8);
-  EXPECT_EQ(CLI(c, cuMemHostGetDevicePointer)(&d, p, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(DRV(c, cuMemHostGetDevicePointer)(&d, p, 1), CUDA_ERROR_INVALID_VALUE);
   // A device copy reaches it at that pointer.
   const CUdeviceptr a = alloc(c, 64);
   EXPECT_EQ(CLI(c, cuMemsetD8)(a, 0x5a, 64), CUDA_SUCCESS);
@@ -314,11 +314,11 @@ TEST(SimClientTest, HostAllocFlagsAndDevicePointers) {
   std::vector<char> mine(4096);
   EXPECT_EQ(DRV(c, cuMemHostRegister)(mine.data(), mine.size(), kMemHostRegisterDeviceMap),
             CUDA_SUCCESS);
-  EXPECT_EQ(CLI(c, cuMemHostGetDevicePointer)(&d, mine.data(), 0), CUDA_SUCCESS);
+  EXPECT_EQ(DRV(c, cuMemHostGetDevicePointer)(&d, mine.data(), 0), CUDA_SUCCESS);
   EXPECT_EQ(d, addr(mine.data()));
   EXPECT_EQ(CLI(c, cuMemHostGetFlags)(&got, mine.data()), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(DRV(c, cuMemHostUnregister)(mine.data()), CUDA_SUCCESS);
-  EXPECT_EQ(CLI(c, cuMemHostGetDevicePointer)(&d, mine.data(), 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(DRV(c, cuMemHostGetDevicePointer)(&d, mine.data(), 0), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(DRV(c, cuMemFreeHost)(p), CUDA_SUCCESS);
   EXPECT_EQ(CLI(c, cuMemHostGetFlags)(&got, p), CUDA_ERROR_INVALID_VALUE);
 }
