@@ -29,9 +29,10 @@ def _memory_of(arr: np.ndarray) -> DeviceNDArray | None:
     """The cai array whose memory `arr` views, or None for memory of its own (a copy, a new
     result)."""
     base: Any = arr
-    while isinstance(base, np.ndarray):
-        base = base.base
-    return base.array if isinstance(base, _Memory) else None
+    while base is not None and not isinstance(base, _Memory):
+        # ndarray.base, as_strided's interface object's .base, a memoryview's .obj
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+    return None if base is None else base.array
 
 
 class _HostDeviceArray(np.ndarray):

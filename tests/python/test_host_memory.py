@@ -74,11 +74,15 @@ def test_managed_and_mapped_arrays_are_numpy_arrays(make, device_type):
 def test_new_results_are_plain_numpy_arrays_views_stay_in_the_memory(make, device_type):
     a = make((4, 6), dtype=np.int32)
     a[...] = np.arange(24).reshape(4, 6)
-    views = [a[1:], a[::2, 1::3], a.T, a.reshape(6, 4), a.view(np.uint32), a[2], a[..., None]]
+    from numpy.lib.stride_tricks import as_strided, sliding_window_view
+    views = [a[1:], a[::2, 1::3], a.T, a.reshape(6, 4), a.view(np.uint32), a[2], a[..., None],
+             as_strided(a, shape=(3,), strides=(28,), subok=True),
+             sliding_window_view(a, (2, 2), subok=True)]  # read-only: its elements overlap
     for v in views:
         assert type(v) is type(a), v
         cai_desc = v.__cuda_array_interface__
-        assert cai_desc["data"][0] == v.ctypes.data  # the device pointer, offset as on the host
+        # the device pointer, offset as on the host
+        assert cai_desc["data"] == (v.ctypes.data, not v.flags.writeable)
         assert cai_desc["shape"] == v.shape
         assert cai_desc["strides"] in (None, v.strides)
         assert cai_desc["strides"] is not None or v.flags.c_contiguous
