@@ -3,10 +3,13 @@
 // as producer and as consumer.
 //
 // An export, top to bottom (dlpack_method -> dlpack_export): the keywords are matched by
-// pointer against interned names (no keyword dictionary); the usual call (a device array, no
-// copy) borrows the array: the tensor holds a reference to the DeviceNDArray and points at its
-// shape and element strides (one small allocation, no View copied), and the consumer's stream is
-// made to wait only while work is pending. A copy, or a copy to the host, exports a new View.
+// pointer against interned names (no keyword dictionary) and read into an ExportRequest; the
+// arrays layer's plan_export decides (cai/arrays/dlpack.h), as it does for C++ users. The usual
+// plan (a device array, no copy) borrows the array: the tensor, filled by the one builder
+// (build_tensor), holds a reference to the DeviceNDArray and points at its shape and element
+// strides (one small allocation, no View copied), and the consumer's stream is made to wait
+// only while work is pending. A copy is the arrays layer's export_copy. The binding adds the
+// capsule.
 //
 // An import, top to bottom (import_dlpack): the tensor comes from the type's exchange table, or
 // from __dlpack__ (called with a static keyword tuple, after __dlpack_device__); the core checks
@@ -43,7 +46,6 @@ constexpr const char* kVersioned = "dltensor_versioned";
 constexpr const char* kVersionedUsed = "used_dltensor_versioned";
 constexpr const char* kLegacy = "dltensor";
 constexpr const char* kLegacyUsed = "used_dltensor";
-constexpr std::int64_t kNoSync = -1;
 
 bool is_cuda_like(std::int32_t device_type) {
   return device_type == kDLCUDA || device_type == kDLCUDAHost || device_type == kDLCUDAManaged;
@@ -149,14 +151,8 @@ void delete_borrowed(Managed* m) {
 
 // The element strides DLPack gives, built once per array.
 const Dims& element_strides_of(PyArray& a, const char* entry) {
-  if (!a.element_strides) {
-    try {
-      a.element_strides = std::make_unique<const Dims>(a.layout().element_strides());
-    } catch (const Error& e) {
-      throw_error(Errc::buffer_error,
-                  std::string(entry) + ": " + e.what() + " (DLPack strides count elements)");
-    }
-  }
+  if (!a.element_strides)
+    a.element_strides = std::make_unique<const Dims>(dlpack_strides(a.layout(), entry));
   return *a.element_strides;
 }
 
@@ -166,28 +162,30 @@ DLDataType dlpack_dtype_of(PyArray& a, const char* entry) {
   return known.lanes != 0 ? known : dlpack_dtype(a.dtype(), entry);
 }
 
+// What a tensor borrowing `a` describes.
+TensorParts parts_of(PyArray& a, const char* entry) {
+  return {a.ptr(),    dlpack_dtype_of(a, entry),
+          a.shape(),  element_strides_of(a, entry).data(),
+          a.device(), a.readonly()};
+}
+
 template <class Managed>
-Managed* borrow_export(PyArray& a, nb::handle obj, std::uint64_t flags, const char* entry) {
-  if constexpr (!std::is_same_v<Managed, DLManagedTensorVersioned>)
-    require_whole_bytes(dlpack_dtype_of(a, entry), entry, "a legacy (unversioned) tensor");
+Managed* borrow_export(PyArray& a, nb::handle obj, const char* entry) {
+  const TensorParts parts = parts_of(a, entry);
   auto* e = static_cast<BorrowedExport<Managed>*>(PyMem_Malloc(sizeof(BorrowedExport<Managed>)));
   if (!e) throw std::bad_alloc();
-  // Every field is set below: no zero-filling of the whole struct first.
-  try {
-    fill_dltensor(a.ptr(), dlpack_dtype_of(a, entry), a.shape(), element_strides_of(a, entry),
-                  a.device(), e->managed.dl_tensor);
-  } catch (...) {
-    PyMem_Free(e);
-    throw;
-  }
-  if constexpr (std::is_same_v<Managed, DLManagedTensorVersioned>) {
-    e->managed.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
-    e->managed.flags = flags | (a.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
-                       dlpack_storage_flags(e->managed.dl_tensor.dtype);
-  }
+  // build_tensor sets every field of the tensor: no zero-filling first.
   static_assert(std::is_trivially_copyable_v<BorrowedExport<Managed>>);
-  e->managed.manager_ctx = e;
-  e->managed.deleter = &delete_borrowed<Managed>;
+  if constexpr (std::is_same_v<Managed, DLManagedTensorVersioned>) {
+    build_tensor(e->managed, parts, 0, e, &delete_borrowed<Managed>);
+  } else {
+    try {
+      build_tensor(e->managed, parts, e, &delete_borrowed<Managed>);
+    } catch (...) {
+      PyMem_Free(e);
+      throw;
+    }
+  }
   e->array = Py_NewRef(obj.ptr());
   return &e->managed;
 }
@@ -235,98 +233,60 @@ struct ExportArgs {
   nb::handle stream = Py_None, max_version = Py_None, dl_device = Py_None, copy = Py_None;
 };
 
+// The keywords read into the arrays layer's request (types and ranges only; the rules are
+// plan_export's).
+ExportRequest read_request(const ExportArgs& args) {
+  ExportRequest r;
+  r.versioned = !args.max_version.is_none() && asks_versioned(args.max_version);
+  if (!args.copy.is_none()) {
+    if (!PyBool_Check(args.copy.ptr()))
+      throw_error(Errc::type_error,
+                  "__dlpack__(): copy: expected None or a bool, got " + type_name_of(args.copy));
+    r.copy = args.copy.ptr() == Py_True;
+  }
+  if (!args.dl_device.is_none()) {
+    const auto [type, id] = read_int_pair(args.dl_device, "__dlpack__(): dl_device");
+    r.dl_device = DLDevice{static_cast<DLDeviceType>(type), id};
+  }
+  // Any integer, a cai.Stream included (its __index__ is its handle).
+  if (!args.stream.is_none())
+    r.stream =
+        read_int64(args.stream, "__dlpack__(): stream", "None or an int", Errc::buffer_error);
+  return r;
+}
+
+nb::object capsule_of(const DlpackTensor& t) {
+  return t.versioned ? make_capsule(t.versioned) : make_capsule(t.legacy);
+}
+
+// __dlpack__: the plan (arrays layer), then the array itself, borrowed with a reference to
+// it, or a copy the tensor owns.
 nb::object dlpack_export(PyArray& self, nb::handle obj, const ExportArgs& args) {
   constexpr const char* entry = "__dlpack__()";
   if (self.masked())
     throw_error(Errc::buffer_error,
                 "__dlpack__(): the array is masked, and a DLPack tensor cannot carry a mask; "
                 "export the data and its .mask separately");
-  const bool versioned = !args.max_version.is_none() && asks_versioned(args.max_version);
-  std::optional<bool> copy;
-  if (!args.copy.is_none()) {
-    if (!PyBool_Check(args.copy.ptr()))
-      throw_error(Errc::type_error,
-                  "__dlpack__(): copy: expected None or a bool, got " + type_name_of(args.copy));
-    copy = args.copy.ptr() == Py_True;
-  }
-
-  const DLDevice here = self.device();
-  bool to_host = false;
-  if (!args.dl_device.is_none()) {
-    const auto [type, id] = read_int_pair(args.dl_device, "__dlpack__(): dl_device");
-    if (type == kDLCPU && here.device_type != kDLCPU) {
-      if (copy == false)
-        throw_error(Errc::buffer_error,
-                    "__dlpack__(): dl_device=(kDLCPU, 0) needs a copy from the device, but "
-                    "copy=False");
-      to_host = true;
-    } else if (type != here.device_type || id != here.device_id) {
-      throw_error(Errc::buffer_error,
-                  "__dlpack__(): dl_device=" + format_dims(std::array<std::int64_t, 2>{type, id}) +
-                      " is not where the array lives " +
-                      format_dims(std::array<std::int64_t, 2>{here.device_type, here.device_id}) +
-                      " and cai copies only to the CPU");
-    }
-  }
-
-  // The consumer's stream: None = legacy default, -1 = do not synchronize, 0 = invalid.
-  std::optional<device::StreamHandle> consumer;
-  if (args.stream.is_none()) {
-    if (is_cuda_like(here.device_type)) consumer = device::kLegacyDefaultStream;
-  } else {
-    // Any integer, a cai.Stream included (its __index__ is its handle).
-    const auto s =
-        read_int64(args.stream, "__dlpack__(): stream", "None or an int", Errc::buffer_error);
-    if (s == 0)
-      throw_error(Errc::buffer_error,
-                  stream_zero_message("__dlpack__(): stream=",
-                                      "1 (legacy default), 2 (per-thread default), a stream "
-                                      "handle, or -1 for no synchronization"));
-    if (s < kNoSync)
-      throw_error(Errc::buffer_error,
-                  "__dlpack__(): stream=" + std::to_string(s) + " is not a stream handle");
-    if (s != kNoSync) consumer = static_cast<device::StreamHandle>(s);
-  }
-
-  if (!to_host && copy != true) {
-    // The usual export: the array itself, after its pending work.
-    if (consumer && self.has_work()) self.view().sync()->order_before(device::backend(), *consumer);
+  const ExportRequest request = read_request(args);
+  const ExportPlan plan = plan_export(request, self.device());
+  if (plan.kind == ExportPlan::Kind::borrow) {
+    if (plan.wait && self.has_work())
+      self.view().sync()->order_before(device::backend(), *plan.wait);
     if (!self.readonly()) note_write();  // the consumer may write
-    if (versioned)
-      return make_capsule(borrow_export<DLManagedTensorVersioned>(self, obj, 0, entry));
-    if (self.readonly())
-      throw_error(Errc::buffer_error,
-                  "__dlpack__(): the array is read-only and a legacy (unversioned) DLPack tensor "
-                  "cannot say so; ask for max_version=(1, 0) or later");
-    return make_capsule(borrow_export<DLManagedTensor>(self, obj, 0, entry));
+    if (request.versioned)
+      return make_capsule(borrow_export<DLManagedTensorVersioned>(self, obj, entry));
+    return make_capsule(borrow_export<DLManagedTensor>(self, obj, entry));
   }
-
-  // A copy: a new View, owned by the tensor.
   const View& v = self.view();
-  View out;
-  DLDevice out_device = here;
-  if (to_host) {
-    // A host copy in a NumPy array, owned by the tensor.
-    nb::object host = numpy_module().attr("empty")(to_tuple(v.shape()), array_dtype(self));
-    void* ptr = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(host.attr("ctypes").attr("data")));
-    {
-      NoGil nogil;
-      copy_to_host(ptr, v, stream_or_default(v));
-    }
-    out = View(v.size() == 0 ? 0 : reinterpret_cast<std::uint64_t>(ptr), v.dtype(),
-               Layout::c_contiguous(v.shape(), v.dtype().itemsize()), false,
-               std::make_shared<sync::SyncState>(), keep_alive(host));
-    out_device = {kDLCPU, 0};
+  const sync::StreamRef stream = stream_or_default(v);
+  DlpackTensor t;
+  if (plan.kind == ExportPlan::Kind::host_copy) {
+    NoGil nogil;  // the copy waits for the device
+    t = export_copy(v, plan, request.versioned, stream);
   } else {
-    const sync::StreamRef s = stream_or_default(v);
-    out = View::allocate(v.dtype(), v.shape(), false, s);
-    cai::copy(out, v, s);
-    if (consumer) out.sync()->order_before(device::backend(), *consumer);
+    t = export_copy(v, plan, request.versioned, stream);  // allocators may run Python code
   }
-  // Legacy capsules cannot carry IS_COPIED; the copy is still a correct answer.
-  if (versioned)
-    return make_capsule(to_dlpack_versioned(out, DLPACK_FLAG_BITMASK_IS_COPIED, &out_device));
-  return make_capsule(to_dlpack_legacy(out, &out_device));
+  return capsule_of(t);
 }
 
 // a.__dlpack__(*, stream, max_version, dl_device, copy), as a plain C method (fastcall.h).
@@ -396,7 +356,7 @@ int api_from_py_object(void* py_object, DLManagedTensorVersioned** out) {
                   "dlpack exchange API: the array is masked, and a DLPack tensor cannot carry a "
                   "mask");
     if (!a.readonly()) note_write();
-    *out = borrow_export<DLManagedTensorVersioned>(a, static_cast<PyObject*>(py_object), 0,
+    *out = borrow_export<DLManagedTensorVersioned>(a, static_cast<PyObject*>(py_object),
                                                    "dlpack exchange API");
   });
 }
@@ -416,7 +376,7 @@ int api_dltensor_from_py_object(void* py_object, DLTensor* out) {
     require_whole_bytes(dtype, entry, "a DLTensor (dltensor_from_py_object)");
     order_before_work_stream(a);
     if (!a.readonly()) note_write();
-    fill_dltensor(a.ptr(), dtype, a.shape(), element_strides_of(a, entry), a.device(), *out);
+    fill_dltensor(a.ptr(), dtype, a.shape(), element_strides_of(a, entry).data(), a.device(), *out);
   });
 }
 

@@ -1,20 +1,26 @@
 #include "cai/arrays/dlpack.h"
 
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <new>
 #include <string>
 #include <type_traits>
 
+#include "cai/arrays/ops.h"
 #include "cai/core/error.h"
+#include "cai/core/interface.h"
 
 namespace cai {
 namespace {
 
-// One allocation per export: the managed tensor, its shape and strides, and the View that
-// keeps the memory alive.
+constexpr const char* kExport = "__dlpack__()";
+
+// One allocation per export of a View: the managed tensor, its shape and strides, and the
+// View that keeps the memory alive.
 template <class Managed>
-struct ExportCtx {
+struct OwnedExport {
   Managed managed{};
   View view;
   Dims shape;
@@ -22,8 +28,12 @@ struct ExportCtx {
 };
 
 template <class Managed>
-void delete_export(Managed* m) {
-  delete static_cast<ExportCtx<Managed>*>(m->manager_ctx);
+void delete_owned(Managed* m) {
+  delete static_cast<OwnedExport<Managed>*>(m->manager_ctx);
+}
+
+bool is_cuda_like(std::int32_t device_type) {
+  return device_type == kDLCUDA || device_type == kDLCUDAHost || device_type == kDLCUDAManaged;
 }
 
 // DLPack reads a sub-byte type (bits < 8) as packed unless a versioned tensor sets
@@ -42,35 +52,72 @@ bool sub_byte(DLDataType t) noexcept {
 }
 
 template <class Managed>
-ExportCtx<Managed>* make_export(const View& v, const char* entry, const DLDevice* device) {
-  auto ctx = std::make_unique<ExportCtx<Managed>>();
-  ctx->view = v;
-  ctx->shape = Dims(v.shape());
-  try {
-    ctx->strides = v.layout().element_strides();
-  } catch (const Error& e) {
+Managed* export_view(const View& v, std::uint64_t flags, const DLDevice* device) {
+  auto e = std::make_unique<OwnedExport<Managed>>();
+  e->view = v;
+  e->shape = Dims(v.shape());
+  e->strides = dlpack_strides(v.layout(), kExport);
+  const TensorParts parts{v.ptr(),           dlpack_dtype(v.dtype(), kExport),    e->shape,
+                          e->strides.data(), device ? *device : dlpack_device(v), v.readonly()};
+  if constexpr (std::is_same_v<Managed, DLManagedTensorVersioned>)
+    build_tensor(e->managed, parts, flags, e.get(), &delete_owned<Managed>);
+  else
+    build_tensor(e->managed, parts, e.get(), &delete_owned<Managed>);
+  return &e.release()->managed;
+}
+
+// dl_device=`want` for an array on `here`: the same device (no change to `kind`) or a host copy.
+void dl_device_plan(DLDevice want, DLDevice here, std::optional<bool> copy,
+                    ExportPlan::Kind& kind) {
+  if (want.device_type == kDLCPU && here.device_type != kDLCPU) {
+    if (copy == false)
+      throw_error(Errc::buffer_error,
+                  "__dlpack__(): dl_device=(kDLCPU, 0) needs a copy from the device, but "
+                  "copy=False");
+    kind = ExportPlan::Kind::host_copy;
+  } else if (want.device_type != here.device_type || want.device_id != here.device_id) {
     throw_error(Errc::buffer_error,
-                std::string(entry) + ": " + e.what() + " (DLPack strides count elements)");
+                "__dlpack__(): dl_device=" +
+                    format_dims(std::array<std::int64_t, 2>{want.device_type, want.device_id}) +
+                    " is not where the array lives " +
+                    format_dims(std::array<std::int64_t, 2>{here.device_type, here.device_id}) +
+                    " and cai copies only to the CPU");
   }
-  DLTensor& t = ctx->managed.dl_tensor;
-  t.data = reinterpret_cast<void*>(v.ptr());
-  t.device = device ? *device : dlpack_device(v);
-  t.ndim = v.ndim();
-  try {
-    t.dtype = v.dtype().to_dlpack();
-  } catch (const Error& e) {
-    throw_error(Errc::buffer_error, std::string(entry) + ": " + e.what());
+}
+
+// The consumer's stream: None = the legacy default (for CUDA memory), -1 = no ordering.
+std::optional<device::StreamHandle> consumer_stream(std::optional<std::int64_t> stream,
+                                                    DLDevice here) {
+  constexpr std::int64_t no_sync = -1;
+  if (!stream) {
+    if (is_cuda_like(here.device_type)) return device::kLegacyDefaultStream;
+    return std::nullopt;
   }
-  if constexpr (!std::is_same_v<Managed, DLManagedTensorVersioned>) {
-    if (sub_byte(t.dtype)) refuse_sub_byte(t.dtype, entry, "a legacy (unversioned) tensor");
-  }
-  t.shape = ctx->shape.data();
-  // Since DLPack 1.2 strides are never NULL for ndim > 0.
-  t.strides = ctx->strides.data();
-  t.byte_offset = 0;
-  ctx->managed.manager_ctx = ctx.get();
-  ctx->managed.deleter = &delete_export<Managed>;
-  return ctx.release();
+  if (*stream == 0)
+    throw_error(Errc::buffer_error,
+                stream_zero_message("__dlpack__(): stream=",
+                                    "1 (legacy default), 2 (per-thread default), a stream "
+                                    "handle, or -1 for no synchronization"));
+  if (*stream < no_sync)
+    throw_error(Errc::buffer_error,
+                "__dlpack__(): stream=" + std::to_string(*stream) + " is not a stream handle");
+  if (*stream == no_sync) return std::nullopt;
+  return static_cast<device::StreamHandle>(*stream);
+}
+
+// A host copy of `v`, compact, in memory the View owns; done when this returns.
+View copy_to_new_host(const View& v, const sync::StreamRef& stream) {
+  const Layout layout = Layout::c_contiguous(v.shape(), v.dtype().itemsize());
+  std::shared_ptr<std::byte[]> bytes(
+      new std::byte[static_cast<std::size_t>(std::max<std::int64_t>(layout.nbytes(), 1))]);
+  copy_to_host(bytes.get(), v, stream);
+  const std::uint64_t ptr = v.size() == 0 ? 0 : reinterpret_cast<std::uint64_t>(bytes.get());
+  return View(ptr, v.dtype(), layout, false, std::make_shared<sync::SyncState>(), std::move(bytes));
+}
+
+DlpackTensor export_of(const View& v, bool versioned, std::uint64_t flags, const DLDevice* device) {
+  if (versioned) return {export_view<DLManagedTensorVersioned>(v, flags, device), nullptr};
+  return {nullptr, export_view<DLManagedTensor>(v, 0, device)};
 }
 
 // The array of a tensor, checked.
@@ -167,21 +214,71 @@ DLDevice dlpack_device(const View& v) {
                   "host memory), so it has no DLPack device; a consumer would read it on the host");
 }
 
-DLManagedTensorVersioned* to_dlpack_versioned(const View& v, std::uint64_t flags,
-                                              const DLDevice* device) {
-  auto* ctx = make_export<DLManagedTensorVersioned>(v, "__dlpack__()", device);
-  ctx->managed.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
-  ctx->managed.flags = flags | (v.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
-                       dlpack_storage_flags(ctx->managed.dl_tensor.dtype);
-  return &ctx->managed;
+ExportPlan plan_export(const ExportRequest& request, DLDevice here) {
+  ExportPlan plan;
+  if (request.dl_device) dl_device_plan(*request.dl_device, here, request.copy, plan.kind);
+  if (plan.kind == ExportPlan::Kind::borrow && request.copy == true)
+    plan.kind = ExportPlan::Kind::device_copy;
+  const auto consumer = consumer_stream(request.stream, here);  // checked for every plan
+  if (plan.kind != ExportPlan::Kind::host_copy) plan.wait = consumer;
+  return plan;
 }
 
-DLManagedTensor* to_dlpack_legacy(const View& v, const DLDevice* device) {
-  if (v.readonly())
+void build_tensor(DLManagedTensorVersioned& m, const TensorParts& parts, std::uint64_t flags,
+                  void* context, void (*deleter)(DLManagedTensorVersioned*)) noexcept {
+  fill_dltensor(parts.ptr, parts.dtype, parts.shape, parts.element_strides, parts.device,
+                m.dl_tensor);
+  m.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+  m.flags = flags | (parts.readonly ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+            dlpack_storage_flags(parts.dtype);
+  m.manager_ctx = context;
+  m.deleter = deleter;
+}
+
+void build_tensor(DLManagedTensor& m, const TensorParts& parts, void* context,
+                  void (*deleter)(DLManagedTensor*)) {
+  if (parts.readonly)
     throw_error(Errc::buffer_error,
                 "__dlpack__(): the array is read-only and a legacy (unversioned) DLPack tensor "
                 "cannot say so; ask for max_version=(1, 0) or later");
-  return &make_export<DLManagedTensor>(v, "__dlpack__()", device)->managed;
+  require_whole_bytes(parts.dtype, kExport, "a legacy (unversioned) tensor");
+  fill_dltensor(parts.ptr, parts.dtype, parts.shape, parts.element_strides, parts.device,
+                m.dl_tensor);
+  m.manager_ctx = context;
+  m.deleter = deleter;
+}
+
+DLManagedTensorVersioned* to_dlpack_versioned(const View& v, std::uint64_t flags,
+                                              const DLDevice* device) {
+  return export_view<DLManagedTensorVersioned>(v, flags, device);
+}
+
+DLManagedTensor* to_dlpack_legacy(const View& v, const DLDevice* device) {
+  return export_view<DLManagedTensor>(v, 0, device);
+}
+
+DlpackTensor export_copy(const View& v, const ExportPlan& plan, bool versioned,
+                         const sync::StreamRef& copy_stream) {
+  // Legacy tensors cannot carry IS_COPIED; the copy is still a correct answer.
+  constexpr std::uint64_t copied = DLPACK_FLAG_BITMASK_IS_COPIED;
+  if (plan.kind == ExportPlan::Kind::host_copy) {
+    const DLDevice host{kDLCPU, 0};
+    return export_of(copy_to_new_host(v, copy_stream), versioned, copied, &host);
+  }
+  View out = View::allocate(v.dtype(), v.shape(), false, copy_stream);
+  copy(out, v, copy_stream);
+  if (plan.wait) out.sync()->order_before(device::backend(), *plan.wait);
+  return export_of(out, versioned, copied, nullptr);
+}
+
+DlpackTensor to_dlpack(const View& v, const ExportRequest& request,
+                       const sync::StreamRef& copy_stream) {
+  const DLDevice here = dlpack_device(v);
+  const ExportPlan plan = plan_export(request, here);
+  if (plan.kind != ExportPlan::Kind::borrow)
+    return export_copy(v, plan, request.versioned, copy_stream);
+  if (plan.wait) v.sync()->order_before(device::backend(), *plan.wait);
+  return export_of(v, request.versioned, 0, &here);
 }
 
 DlpackArray read_dlpack(const DLManagedTensorVersioned& t) {
@@ -219,7 +316,7 @@ View from_dlpack(DLManagedTensor* t, std::shared_ptr<const void> keep,
 }
 
 void fill_dltensor(const View& v, const Dims& element_strides, DLTensor& out) {
-  fill_dltensor(v.ptr(), dlpack_dtype(v.dtype(), "__dlpack__()"), v.shape(), element_strides,
+  fill_dltensor(v.ptr(), dlpack_dtype(v.dtype(), kExport), v.shape(), element_strides.data(),
                 dlpack_device(v), out);
 }
 
@@ -239,14 +336,23 @@ DLDataType dlpack_dtype(const DType& dtype, const char* entry) {
   }
 }
 
+Dims dlpack_strides(const Layout& layout, const char* entry) {
+  try {
+    return layout.element_strides();
+  } catch (const Error& e) {
+    throw_error(Errc::buffer_error,
+                std::string(entry) + ": " + e.what() + " (DLPack strides count elements)");
+  }
+}
+
 void fill_dltensor(std::uint64_t ptr, DLDataType dtype, std::span<const std::int64_t> shape,
-                   const Dims& element_strides, DLDevice device, DLTensor& out) noexcept {
+                   const std::int64_t* element_strides, DLDevice device, DLTensor& out) noexcept {
   out.dtype = dtype;
   out.data = reinterpret_cast<void*>(ptr);
   out.device = device;
   out.ndim = static_cast<std::int32_t>(shape.size());
   out.shape = const_cast<std::int64_t*>(shape.data());
-  out.strides = const_cast<std::int64_t*>(element_strides.data());
+  out.strides = const_cast<std::int64_t*>(element_strides);
   out.byte_offset = 0;
 }
 

@@ -1,13 +1,80 @@
 #pragma once
 
-// DLPack <-> View, for C++ and for the bindings: export a View as an owning
-// DLManagedTensorVersioned (or legacy DLManagedTensor), and import one, taking ownership.
-// No stream work happens here; ordering is the caller's (see cai/sync/ordering.h).
+// DLPack <-> View, for C++ and for the bindings. An export is three steps, the same for C++
+// and Python: plan_export decides (the array itself, a device copy or a host copy, and the
+// consumer's stream to make wait), build_tensor fills the DLPack struct for whatever owns the
+// memory (a View here, a Python reference in the binding), and the caller wraps it (a capsule
+// in Python). Importing takes ownership of a tensor (from_dlpack).
+
+#include <optional>
 
 #include "cai/arrays/view.h"
 #include "cai/core/dlpack.h"
 
 namespace cai {
+
+/// What a consumer asks of an export: the keywords of DLPack's __dlpack__, read.
+struct ExportRequest {
+  /// stream=: the consumer's stream. nullopt (None) is the legacy default stream for CUDA
+  /// memory; -1 asks for no ordering; 0 and other negatives are refused.
+  std::optional<std::int64_t> stream;
+  bool versioned = false;             ///< max_version >= (1, 0): a DLManagedTensorVersioned
+  std::optional<DLDevice> dl_device;  ///< dl_device=: nullopt = where the array lives
+  std::optional<bool> copy;           ///< copy=: nullopt = copy only when needed
+};
+
+/// What an export does.
+struct ExportPlan {
+  enum class Kind : std::uint8_t {
+    borrow,       ///< the array itself
+    device_copy,  ///< a new array on the same device (copy=True)
+    host_copy,    ///< a copy in host memory (dl_device=(kDLCPU, 0))
+  };
+  Kind kind = Kind::borrow;
+  /// The consumer's stream, made to wait for the array's work (borrow) or for the copy
+  /// (device_copy). nullopt: no ordering (stream=-1; a host copy is done when it returns).
+  std::optional<device::StreamHandle> wait;
+};
+
+/// The one policy of __dlpack__, for C++ and Python alike: Error(buffer_error) for what the
+/// protocol refuses (a device cai cannot copy to, a copy that copy=False forbids, an invalid
+/// stream). `here` is the DLPack device of the array's memory. Touches no driver.
+ExportPlan plan_export(const ExportRequest& request, DLDevice here);
+
+/// The parts of an array a tensor describes; shape and element_strides (ndim = shape.size()
+/// of them) must outlive the tensor.
+struct TensorParts {
+  std::uint64_t ptr = 0;
+  DLDataType dtype{};
+  std::span<const std::int64_t> shape;
+  const std::int64_t* element_strides = nullptr;
+  DLDevice device{};
+  bool readonly = false;
+};
+
+/// The one tensor builder. The storage of `m` and what keeps the memory alive are the
+/// caller's: `context` becomes manager_ctx and `deleter` frees both. A versioned tensor gets
+/// `flags`, READ_ONLY for a read-only array and IS_SUBBYTE_TYPE_PADDED for a sub-byte type.
+void build_tensor(DLManagedTensorVersioned& m, const TensorParts& parts, std::uint64_t flags,
+                  void* context, void (*deleter)(DLManagedTensorVersioned*)) noexcept;
+/// The legacy form can say neither: Error(buffer_error) for a read-only array (a consumer
+/// would write to it) and for a sub-byte type, before `m` is touched.
+void build_tensor(DLManagedTensor& m, const TensorParts& parts, void* context,
+                  void (*deleter)(DLManagedTensor*));
+
+/// An exported tensor the caller owns: exactly one of the two is set.
+struct DlpackTensor {
+  DLManagedTensorVersioned* versioned = nullptr;
+  DLManagedTensor* legacy = nullptr;
+};
+
+/// __dlpack__ for C++: plan_export, then `v` itself (its pending work ordered before the
+/// consumer's stream) or a copy made on `copy_stream` (IS_COPIED when versioned).
+DlpackTensor to_dlpack(const View& v, const ExportRequest& request,
+                       const sync::StreamRef& copy_stream);
+/// The copying plans of to_dlpack, for a binding that borrows the array otherwise.
+DlpackTensor export_copy(const View& v, const ExportPlan& plan, bool versioned,
+                         const sync::StreamRef& copy_stream);
 
 /// The DLPack device of a View's memory: kDLCUDA for device memory (the simulator's too),
 /// kDLCUDAHost for pinned, kDLCUDAManaged for managed. Memory the driver does not know (a
@@ -66,8 +133,11 @@ View from_dlpack(DLManagedTensor* t, std::shared_ptr<const void> keep = nullptr,
 void fill_dltensor(const View& v, const Dims& element_strides, DLTensor& out);
 /// The same from an array's parts, its device and DLPack type known.
 void fill_dltensor(std::uint64_t ptr, DLDataType dtype, std::span<const std::int64_t> shape,
-                   const Dims& element_strides, DLDevice device, DLTensor& out) noexcept;
+                   const std::int64_t* element_strides, DLDevice device, DLTensor& out) noexcept;
 /// The DLPack type of `dtype`, or Error(buffer_error) "<entry>: ..." when DLPack cannot name it.
 DLDataType dlpack_dtype(const DType& dtype, const char* entry);
+/// The element strides DLPack gives, or Error(buffer_error) "<entry>: ..." when a stride is
+/// not a whole number of elements.
+Dims dlpack_strides(const Layout& layout, const char* entry);
 
 }  // namespace cai
