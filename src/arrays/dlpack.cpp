@@ -32,14 +32,10 @@ void delete_owned(Managed* m) {
   delete static_cast<OwnedExport<Managed>*>(m->manager_ctx);
 }
 
-bool is_cuda_like(std::int32_t device_type) {
-  return device_type == kDLCUDA || device_type == kDLCUDAHost || device_type == kDLCUDAManaged;
-}
-
 // DLPack reads a sub-byte type (bits < 8) as packed unless a versioned tensor sets
 // IS_SUBBYTE_TYPE_PADDED; cai stores one element per byte, as ml_dtypes does.
 bool sub_byte(DLDataType t) noexcept {
-  return t.bits < 8;
+  return dlpack_storage_flags(t) != 0;
 }
 
 [[noreturn]] void refuse_sub_byte(DLDataType t, const char* entry, const char* form) {
@@ -64,45 +60,6 @@ Managed* export_view(const View& v, std::uint64_t flags, const DLDevice* device)
   else
     build_tensor(e->managed, parts, e.get(), &delete_owned<Managed>);
   return &e.release()->managed;
-}
-
-// dl_device=`want` for an array on `here`: the same device (no change to `kind`) or a host copy.
-void dl_device_plan(DLDevice want, DLDevice here, std::optional<bool> copy,
-                    ExportPlan::Kind& kind) {
-  if (want.device_type == kDLCPU && here.device_type != kDLCPU) {
-    if (copy == false)
-      throw_error(Errc::buffer_error,
-                  "__dlpack__(): dl_device=(kDLCPU, 0) needs a copy from the device, but "
-                  "copy=False");
-    kind = ExportPlan::Kind::host_copy;
-  } else if (want.device_type != here.device_type || want.device_id != here.device_id) {
-    throw_error(Errc::buffer_error,
-                "__dlpack__(): dl_device=" +
-                    format_dims(std::array<std::int64_t, 2>{want.device_type, want.device_id}) +
-                    " is not where the array lives " +
-                    format_dims(std::array<std::int64_t, 2>{here.device_type, here.device_id}) +
-                    " and cai copies only to the CPU");
-  }
-}
-
-// The consumer's stream: None = the legacy default (for CUDA memory), -1 = no ordering.
-std::optional<device::StreamHandle> consumer_stream(std::optional<std::int64_t> stream,
-                                                    DLDevice here) {
-  constexpr std::int64_t no_sync = -1;
-  if (!stream) {
-    if (is_cuda_like(here.device_type)) return device::kLegacyDefaultStream;
-    return std::nullopt;
-  }
-  if (*stream == 0)
-    throw_error(Errc::buffer_error,
-                stream_zero_message("__dlpack__(): stream=",
-                                    "1 (legacy default), 2 (per-thread default), a stream "
-                                    "handle, or -1 for no synchronization"));
-  if (*stream < no_sync)
-    throw_error(Errc::buffer_error,
-                "__dlpack__(): stream=" + std::to_string(*stream) + " is not a stream handle");
-  if (*stream == no_sync) return std::nullopt;
-  return static_cast<device::StreamHandle>(*stream);
 }
 
 // A host copy of `v`, compact, in memory the View owns; done when this returns.
@@ -214,38 +171,44 @@ DLDevice dlpack_device(const View& v) {
                   "host memory), so it has no DLPack device; a consumer would read it on the host");
 }
 
-ExportPlan plan_export(const ExportRequest& request, DLDevice here) {
-  ExportPlan plan;
-  if (request.dl_device) dl_device_plan(*request.dl_device, here, request.copy, plan.kind);
-  if (plan.kind == ExportPlan::Kind::borrow && request.copy == true)
-    plan.kind = ExportPlan::Kind::device_copy;
-  const auto consumer = consumer_stream(request.stream, here);  // checked for every plan
-  if (plan.kind != ExportPlan::Kind::host_copy) plan.wait = consumer;
-  return plan;
+namespace detail {
+
+void plan_dl_device(DLDevice want, DLDevice here, std::optional<bool> copy,
+                    ExportPlan::Kind& kind) {
+  if (want.device_type == kDLCPU && here.device_type != kDLCPU) {
+    if (copy == false)
+      throw_error(Errc::buffer_error,
+                  "__dlpack__(): dl_device=(kDLCPU, 0) needs a copy from the device, but "
+                  "copy=False");
+    kind = ExportPlan::Kind::host_copy;
+  } else if (want.device_type != here.device_type || want.device_id != here.device_id) {
+    throw_error(Errc::buffer_error,
+                "__dlpack__(): dl_device=" +
+                    format_dims(std::array<std::int64_t, 2>{want.device_type, want.device_id}) +
+                    " is not where the array lives " +
+                    format_dims(std::array<std::int64_t, 2>{here.device_type, here.device_id}) +
+                    " and cai copies only to the CPU");
+  }
 }
 
-void build_tensor(DLManagedTensorVersioned& m, const TensorParts& parts, std::uint64_t flags,
-                  void* context, void (*deleter)(DLManagedTensorVersioned*)) noexcept {
-  fill_dltensor(parts.ptr, parts.dtype, parts.shape, parts.element_strides, parts.device,
-                m.dl_tensor);
-  m.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
-  m.flags = flags | (parts.readonly ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
-            dlpack_storage_flags(parts.dtype);
-  m.manager_ctx = context;
-  m.deleter = deleter;
+void refuse_stream(std::int64_t stream) {
+  if (stream == 0)
+    throw_error(Errc::buffer_error,
+                stream_zero_message("__dlpack__(): stream=",
+                                    "1 (legacy default), 2 (per-thread default), a stream "
+                                    "handle, or -1 for no synchronization"));
+  throw_error(Errc::buffer_error,
+              "__dlpack__(): stream=" + std::to_string(stream) + " is not a stream handle");
 }
 
-void build_tensor(DLManagedTensor& m, const TensorParts& parts, void* context,
-                  void (*deleter)(DLManagedTensor*)) {
+}  // namespace detail
+
+void detail::refuse_legacy(const TensorParts& parts) {
   if (parts.readonly)
     throw_error(Errc::buffer_error,
                 "__dlpack__(): the array is read-only and a legacy (unversioned) DLPack tensor "
                 "cannot say so; ask for max_version=(1, 0) or later");
   require_whole_bytes(parts.dtype, kExport, "a legacy (unversioned) tensor");
-  fill_dltensor(parts.ptr, parts.dtype, parts.shape, parts.element_strides, parts.device,
-                m.dl_tensor);
-  m.manager_ctx = context;
-  m.deleter = deleter;
 }
 
 DLManagedTensorVersioned* to_dlpack_versioned(const View& v, std::uint64_t flags,
@@ -318,10 +281,6 @@ View from_dlpack(DLManagedTensor* t, std::shared_ptr<const void> keep,
 void fill_dltensor(const View& v, const Dims& element_strides, DLTensor& out) {
   fill_dltensor(v.ptr(), dlpack_dtype(v.dtype(), kExport), v.shape(), element_strides.data(),
                 dlpack_device(v), out);
-}
-
-std::uint64_t dlpack_storage_flags(DLDataType t) noexcept {
-  return sub_byte(t) ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0;
 }
 
 void require_whole_bytes(DLDataType t, const char* entry, const char* form) {

@@ -36,10 +36,48 @@ struct ExportPlan {
   std::optional<device::StreamHandle> wait;
 };
 
+namespace detail {
+/// plan_export's refusals, out of line: the plan itself builds no message.
+void plan_dl_device(DLDevice want, DLDevice here, std::optional<bool> copy, ExportPlan::Kind& kind);
+[[noreturn]] void refuse_stream(std::int64_t stream);
+}  // namespace detail
+
 /// The one policy of __dlpack__, for C++ and Python alike: Error(buffer_error) for what the
 /// protocol refuses (a device cai cannot copy to, a copy that copy=False forbids, an invalid
-/// stream). `here` is the DLPack device of the array's memory. Touches no driver.
-ExportPlan plan_export(const ExportRequest& request, DLDevice here);
+/// stream). `here` is the DLPack device of the array's memory. Touches no driver. Inline: it
+/// is on every export's path.
+inline ExportPlan plan_export(const ExportRequest& request, DLDevice here) {
+  using Kind = ExportPlan::Kind;
+  ExportPlan plan;
+  if (request.dl_device) detail::plan_dl_device(*request.dl_device, here, request.copy, plan.kind);
+  if (plan.kind == Kind::borrow && request.copy == true) plan.kind = Kind::device_copy;
+  // The consumer's stream, checked for every plan: None = the legacy default for CUDA
+  // memory, -1 = no ordering.
+  std::optional<device::StreamHandle> consumer;
+  if (!request.stream) {
+    const auto type = here.device_type;
+    if (type == kDLCUDA || type == kDLCUDAHost || type == kDLCUDAManaged)
+      consumer = device::kLegacyDefaultStream;
+  } else if (*request.stream == 0 || *request.stream < -1) {
+    detail::refuse_stream(*request.stream);
+  } else if (*request.stream != -1) {
+    consumer = static_cast<device::StreamHandle>(*request.stream);
+  }
+  if (plan.kind != Kind::host_copy) plan.wait = consumer;  // a host copy is done on return
+  return plan;
+}
+
+/// The flags a versioned tensor of type `t` needs beyond READ_ONLY/IS_COPIED:
+/// IS_SUBBYTE_TYPE_PADDED for a sub-byte type (cai, like ml_dtypes, stores those one element
+/// per byte, while DLPack reads them as packed without the flag).
+constexpr std::uint64_t dlpack_storage_flags(DLDataType t) noexcept {
+  return t.bits < 8 ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0;
+}
+
+/// A DLTensor from an array's parts, its device and DLPack type known; it borrows `shape` and
+/// `element_strides`.
+void fill_dltensor(std::uint64_t ptr, DLDataType dtype, std::span<const std::int64_t> shape,
+                   const std::int64_t* element_strides, DLDevice device, DLTensor& out) noexcept;
 
 /// The parts of an array a tensor describes; shape and element_strides (ndim = shape.size()
 /// of them) must outlive the tensor.
@@ -52,15 +90,35 @@ struct TensorParts {
   bool readonly = false;
 };
 
+namespace detail {
+/// The legacy form's refusals (a read-only array, a sub-byte type), if any apply.
+void refuse_legacy(const TensorParts& parts);
+}  // namespace detail
+
 /// The one tensor builder. The storage of `m` and what keeps the memory alive are the
 /// caller's: `context` becomes manager_ctx and `deleter` frees both. A versioned tensor gets
 /// `flags`, READ_ONLY for a read-only array and IS_SUBBYTE_TYPE_PADDED for a sub-byte type.
-void build_tensor(DLManagedTensorVersioned& m, const TensorParts& parts, std::uint64_t flags,
-                  void* context, void (*deleter)(DLManagedTensorVersioned*)) noexcept;
+/// Inline: every export runs it.
+inline void build_tensor(DLManagedTensorVersioned& m, const TensorParts& parts, std::uint64_t flags,
+                         void* context, void (*deleter)(DLManagedTensorVersioned*)) noexcept {
+  fill_dltensor(parts.ptr, parts.dtype, parts.shape, parts.element_strides, parts.device,
+                m.dl_tensor);
+  m.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+  m.flags = flags | (parts.readonly ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+            dlpack_storage_flags(parts.dtype);
+  m.manager_ctx = context;
+  m.deleter = deleter;
+}
 /// The legacy form can say neither: Error(buffer_error) for a read-only array (a consumer
 /// would write to it) and for a sub-byte type, before `m` is touched.
-void build_tensor(DLManagedTensor& m, const TensorParts& parts, void* context,
-                  void (*deleter)(DLManagedTensor*));
+inline void build_tensor(DLManagedTensor& m, const TensorParts& parts, void* context,
+                         void (*deleter)(DLManagedTensor*)) {
+  if (parts.readonly || dlpack_storage_flags(parts.dtype) != 0) detail::refuse_legacy(parts);
+  fill_dltensor(parts.ptr, parts.dtype, parts.shape, parts.element_strides, parts.device,
+                m.dl_tensor);
+  m.manager_ctx = context;
+  m.deleter = deleter;
+}
 
 /// An exported tensor the caller owns: exactly one of the two is set.
 struct DlpackTensor {
@@ -91,10 +149,6 @@ DLManagedTensorVersioned* to_dlpack_versioned(const View& v, std::uint64_t flags
 /// way to say so and a consumer would write to it.
 DLManagedTensor* to_dlpack_legacy(const View& v, const DLDevice* device = nullptr);
 
-/// The flags a versioned tensor of type `t` needs beyond READ_ONLY/IS_COPIED:
-/// IS_SUBBYTE_TYPE_PADDED for a sub-byte type (cai, like ml_dtypes, stores those one element
-/// per byte, while DLPack reads them as packed without the flag).
-std::uint64_t dlpack_storage_flags(DLDataType t) noexcept;
 /// Throws Error(buffer_error) for a sub-byte type in an export that cannot carry flags (a
 /// legacy tensor, a bare DLTensor), `form` naming it; importers refuse packed data likewise.
 void require_whole_bytes(DLDataType t, const char* entry, const char* form);
@@ -131,9 +185,7 @@ View from_dlpack(DLManagedTensor* t, std::shared_ptr<const void> keep = nullptr,
 /// Fills a DLTensor that borrows `v`'s shape and `element_strides` (which the caller keeps
 /// alive), for the no-copy dltensor_from_py_object path.
 void fill_dltensor(const View& v, const Dims& element_strides, DLTensor& out);
-/// The same from an array's parts, its device and DLPack type known.
-void fill_dltensor(std::uint64_t ptr, DLDataType dtype, std::span<const std::int64_t> shape,
-                   const std::int64_t* element_strides, DLDevice device, DLTensor& out) noexcept;
+/// The same from an array's parts (see the declaration above build_tensor).
 /// The DLPack type of `dtype`, or Error(buffer_error) "<entry>: ..." when DLPack cannot name it.
 DLDataType dlpack_dtype(const DType& dtype, const char* entry);
 /// The element strides DLPack gives, or Error(buffer_error) "<entry>: ..." when a stride is
