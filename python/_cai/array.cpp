@@ -178,7 +178,7 @@ PyArray::PyArray(Import&& import, ImportOwner&& owner)
 }
 
 const View& PyArray::view() {
-  if (!view_) view_.emplace(import_.view(owner_.share(), device::backend()));
+  if (!view_) view_.emplace(import_.view(owner_.share()));
   return *view_;
 }
 

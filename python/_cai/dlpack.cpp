@@ -597,7 +597,7 @@ View finish_import(Import&& imp, ImportOwner&& owner, const DlpackImport& info,
                : target      ? "copy=False forbids the copy to the device"
                              : "pass copy=True to copy it to the device"));
     const DeviceGuard on(target ? *target : -1);
-    return host_to_device(imp.view(owner.share(), device::backend()), library_default_stream());
+    return host_to_device(imp.view(owner.share()), library_default_stream());
   }
   if (!is_cuda_like(info.device.device_type))
     throw_error(not_on_device, std::string(entry) + ": device type " +
@@ -605,7 +605,7 @@ View finish_import(Import&& imp, ImportOwner&& owner, const DlpackImport& info,
                                    " is not CUDA memory (expected kDLCUDA, kDLCUDAHost or "
                                    "kDLCUDAManaged)");
   imp.stream.resolve(device::backend());
-  View v = imp.view(owner.share(), device::backend());
+  View v = imp.view(owner.share());
   if (target) {
     if (auto moved = onto_device(v, info.device.device_type, *target, copy)) return *moved;
     return v;

@@ -457,7 +457,7 @@ nb::object ParsedArray::wrap() && {
 
 View ParsedArray::view() && {
   import.stream.resolve(device::backend());
-  View v = import.view(keep_alive(owner), device::backend());
+  View v = import.view(keep_alive(owner));
   if (mask) v.set_mask(std::move(mask));
   return v;
 }

@@ -22,7 +22,7 @@ void ImportStream::resolve(device::Backend& backend) {
   }
 }
 
-std::shared_ptr<sync::SyncState> ImportStream::state(device::Backend& backend) const {
+std::shared_ptr<sync::SyncState> ImportStream::state() const {
   switch (kind_) {
     case Kind::none:
       break;
@@ -31,8 +31,8 @@ std::shared_ptr<sync::SyncState> ImportStream::state(device::Backend& backend) c
       return sync::SyncState::imported_without_stream(producer_);
     case Kind::producer: {
       ImportStream resolved = *this;
-      resolved.resolve(backend);
-      return resolved.state(backend);
+      resolved.resolve(device::backend());
+      return resolved.state();
     }
     case Kind::by_name:
       return std::make_shared<sync::SyncState>(named_);  // its work may be pending
@@ -42,8 +42,8 @@ std::shared_ptr<sync::SyncState> ImportStream::state(device::Backend& backend) c
   return std::make_shared<sync::SyncState>();
 }
 
-View Import::view(std::shared_ptr<const void> owner, device::Backend& backend) const {
-  return View(ptr, dtype, layout, readonly, stream.state(backend), std::move(owner));
+View Import::view(std::shared_ptr<const void> owner) const {
+  return View(ptr, dtype, layout, readonly, stream.state(), std::move(owner));
 }
 
 View Import::unresolved_view() const {

@@ -40,8 +40,8 @@ class ImportStream {
   bool by_event() const noexcept { return kind_ == Kind::by_event; }
   /// The default stream the producer named (handle 0: none), where its work may be pending.
   const sync::StreamRef& named() const noexcept { return named_; }
-  /// The stream state of the View (resolved first when it is not yet).
-  std::shared_ptr<sync::SyncState> state(device::Backend& backend) const;
+  /// The stream state of the View (resolved first on device::backend() when it is not yet).
+  std::shared_ptr<sync::SyncState> state() const;
 
  private:
   enum class Kind : std::uint8_t { none, unnamed, producer, idle, by_name, by_event };
@@ -65,7 +65,7 @@ struct Import {
 
   /// The View of the import, whose memory `owner` keeps alive; the stream is resolved first
   /// when it is not yet. The one place an imported View is built.
-  View view(std::shared_ptr<const void> owner, device::Backend& backend) const;
+  View view(std::shared_ptr<const void> owner) const;
   /// The fields alone as a View, with no stream state and no owner: what a check that refuses
   /// the import before resolve() describes in its message (no driver call).
   View unresolved_view() const;

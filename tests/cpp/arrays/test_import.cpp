@@ -79,7 +79,7 @@ class ImportTest : public ::testing::Test {
 TEST_F(ImportTest, view_has_the_fields_and_the_owner) {
   auto owner = std::make_shared<int>(7);
   const Import imp = import_of(ImportStream::none());
-  const View v = imp.view(owner, b);
+  const View v = imp.view(owner);
   EXPECT_EQ(v.ptr(), 0x1000u);
   EXPECT_TRUE(v.readonly());
   EXPECT_EQ(v.dtype().str(), "<f4");
@@ -93,7 +93,7 @@ TEST_F(ImportTest, no_stream_and_unnamed_stream_cost_nothing) {
   for (ImportStream s : {ImportStream::none(), ImportStream::unnamed()}) {
     const Calls c = calls_of(b, [&] {
       s.resolve(b);
-      (void)import_of(s).view(nullptr, b);
+      (void)import_of(s).view(nullptr);
     });
     EXPECT_EQ(total(c), 0u);
     EXPECT_FALSE(s.unresolved());
@@ -109,7 +109,7 @@ TEST_F(ImportTest, default_stream_is_kept_by_name_without_a_driver_call) {
   EXPECT_FALSE(s.unresolved());
   EXPECT_FALSE(s.by_event());
   EXPECT_EQ(s.named().handle, device::kLegacyDefaultStream);
-  const View v = import_of(s).view(nullptr, b);
+  const View v = import_of(s).view(nullptr);
   EXPECT_EQ(v.sync()->stream_handle(), std::optional<StreamHandle>(device::kLegacyDefaultStream));
 }
 
@@ -120,7 +120,7 @@ TEST_F(ImportTest, idle_foreign_stream_costs_one_query_and_keeps_nothing) {
   EXPECT_EQ(total(c), 1u);
   EXPECT_FALSE(s.by_event());
   EXPECT_EQ(s.named().handle, 0u);
-  const View v = import_of(s).view(nullptr, b);
+  const View v = import_of(s).view(nullptr);
   EXPECT_FALSE(v.sync()->has_work());
   EXPECT_EQ(v.sync()->event(), nullptr);
 }
@@ -137,7 +137,7 @@ TEST_F(ImportTest, busy_foreign_stream_records_one_event_once) {
   View v;
   const Calls later = calls_of(b, [&] {
     s.resolve(b);
-    v = import_of(s).view(nullptr, b);
+    v = import_of(s).view(nullptr);
   });
   EXPECT_EQ(total(later), 0u);
   EXPECT_NE(v.sync()->event(), nullptr);
@@ -149,7 +149,7 @@ TEST_F(ImportTest, view_of_an_unresolved_stream_resolves_it) {
   std::promise<void> gate = hold(producer);
   const Import imp = import_of(ImportStream::producer(producer));
   View v;
-  const Calls c = calls_of(b, [&] { v = imp.view(nullptr, b); });
+  const Calls c = calls_of(b, [&] { v = imp.view(nullptr); });
   EXPECT_EQ(count(c, "cuEventRecord"), 1u);
   EXPECT_NE(v.sync()->event(), nullptr);
   gate.set_value();
