@@ -171,8 +171,10 @@ PyArray::PyArray(View view, nb::object dtype)
       import_{view.ptr(), view.readonly(), view.layout(), view.dtype()},
       view_(with_own_python_owner(std::move(view))) {}
 
-PyArray::PyArray(Import&& import, ImportOwner&& owner)
-    : import_(std::move(import)), owner_(std::move(owner)) {
+PyArray::PyArray(std::uint64_t ptr, bool readonly, Layout&& layout, DType&& dtype,
+                 ImportStream&& stream, ImportOwner&& owner)
+    : import_{ptr, readonly, std::move(layout), std::move(dtype), std::move(stream)},
+      owner_(std::move(owner)) {
   // An import event is part of a stream state: the View holds it from the start.
   if (import_.stream.by_event()) view();
 }
@@ -279,8 +281,10 @@ nb::object wrap(View view, nb::object np_dtype) {
   return new_array(std::move(view), std::move(np_dtype));
 }
 
-nb::object wrap_import(Import&& import, ImportOwner&& owner) {
-  return new_array(std::move(import), std::move(owner));
+nb::object wrap_import(std::uint64_t ptr, bool readonly, Layout&& layout, DType&& dtype,
+                       ImportStream&& stream, ImportOwner&& owner) {
+  return new_array(ptr, readonly, std::move(layout), std::move(dtype), std::move(stream),
+                   std::move(owner));
 }
 
 PyArray* as_py_array(nb::handle obj, const char* entry) {

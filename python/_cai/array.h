@@ -62,9 +62,10 @@ void release_with_gil(Managed* t) noexcept;
 /// cai.DeviceNDArray: an array's checked fields, stored inline, and its View.
 ///
 /// An array cai made (or a view of one) has its View from the start. An import keeps only
-/// the checked fields and its producer; the View, with its stream state and its owner, is
-/// built by view() when an operation first needs it, so that an import allocates nothing but
-/// the Python object (imports that name a stream to order after build it at once).
+/// its Import (cai/arrays/import.h: the checked fields and the resolved producer's stream)
+/// and its producer; the View, with its stream state and its owner, is built by Import::view
+/// when an operation first needs it, so that an import allocates nothing but the Python
+/// object (an import whose stream stands behind an event builds it at once).
 ///
 /// The garbage collector sees the Python objects it holds (tp_traverse): its caches, the
 /// producer of an import, and the Python owners of its memory and mask when this array is
@@ -77,7 +78,8 @@ class PyArray {
   explicit PyArray(View view, nb::object np_dtype = {});
   /// An import, its stream resolved: the View is built at once only when an event stands
   /// for the producer's stream.
-  PyArray(Import&& import, ImportOwner&& owner);
+  PyArray(std::uint64_t ptr, bool readonly, Layout&& layout, DType&& dtype, ImportStream&& stream,
+          ImportOwner&& owner);
   PyArray(const PyArray&) = delete;
   PyArray& operator=(const PyArray&) = delete;
   /// Frees without the GIL when this array held the last reference to cai-allocated memory
@@ -144,7 +146,9 @@ class PyArray {
 /// Wraps a View in a new cai.DeviceNDArray.
 nb::object wrap(View view, nb::object np_dtype = {});
 /// A new cai.DeviceNDArray for an import whose stream is resolved (cai/arrays/import.h).
-nb::object wrap_import(Import&& import, ImportOwner&& owner);
+/// (The fields are moved once, into the array's Import.)
+nb::object wrap_import(std::uint64_t ptr, bool readonly, Layout&& layout, DType&& dtype,
+                       ImportStream&& stream, ImportOwner&& owner);
 
 /// The DeviceNDArray inside `obj`, or nullptr if obj is not one (never throws). An instance
 /// that holds no array (made by DeviceNDArray.__new__, or cleared by the garbage collector)

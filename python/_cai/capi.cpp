@@ -162,12 +162,10 @@ int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char*
     nb::handle h(obj);
     // Classify -> parse.
     PyArray* cai_array = as_py_array(h);
-    ParsedArray parsed;
-    if (cai_array) {
-      parsed.array = nb::borrow(h);
-    } else {
+    std::optional<ParsedArray> parsed;  // a foreign array's (ours: nothing to parse)
+    if (!cai_array) {
       try {
-        parsed = parse_array(h, true, who);
+        parsed.emplace(parse_array(h, true, who));
       } catch (...) {
         // A host array is an array that does not fit (the caster's second pass says why),
         // not "no array" (nanobind's generic message).
@@ -177,10 +175,10 @@ int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char*
           PyErr_SetString(PyExc_TypeError, host_memory_message(h, who).c_str());
         return;
       }
-      if (parsed.array.is_valid()) cai_array = as_py_array(parsed.array);
+      if (parsed->array.is_valid()) cai_array = as_py_array(parsed->array);
     }
     // The typed check, on the fields: a foreign array it refuses costs no driver call.
-    const Import& f = parsed.import;
+    const Interface* f = parsed ? &parsed->fields : nullptr;  // used when !cai_array
     std::int64_t strides[max_ndim];
     const bool fitted_before =
         request && cai_array && fitted(*cai_array, *request, element_strides);
@@ -191,25 +189,27 @@ int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char*
       const TypedViewMismatch m =
           cai_array ? check_typed_view(cai_array->ptr(), cai_array->dtype(), cai_array->layout(),
                                        cai_array->readonly(), cai_array->masked(), spec, strides)
-                    : check_typed_view(f.ptr, f.dtype, f.layout, f.readonly, parsed.mask != nullptr,
-                                       spec, strides);
+                    : check_typed_view(f->ptr, f->dtype, f->layout, f->readonly,
+                                       parsed->mask != nullptr, spec, strides);
       if (m != TypedViewMismatch::none) {
         fits = 1;
         if (!(options & CAI_IMPORT_QUIET)) {
-          const std::string message = cai_array
-                                          ? typed_view_message(cai_array->view(), spec, m, who)
-                                          : typed_view_message(f.unresolved_view(), spec, m, who);
+          const std::string message =
+              cai_array ? typed_view_message(cai_array->view(), spec, m, who)
+                        : typed_view_message(
+                              Import{f->ptr, f->readonly, f->layout, f->dtype}.unresolved_view(),
+                              spec, m, who);
           PyErr_SetString(PyExc_TypeError, message.c_str());
         }
         return;
       }
     } else if (!request && element_strides) {
-      const Layout& layout = cai_array ? cai_array->layout() : f.layout;
+      const Layout& layout = cai_array ? cai_array->layout() : f->layout;
       if (!layout.try_element_strides(element_strides))
         (void)layout.element_strides();  // throws the rule's message
     }
     // Resolve -> wrap.
-    nb::object array = std::move(parsed).wrap();
+    nb::object array = parsed ? std::move(*parsed).wrap() : nb::borrow(h);
     PyArray& a = cai_array ? *cai_array : *as_py_array(array);
     if (request && !fitted_before) remember_fit(a, *request, strides, element_strides);
     describe(a, std::move(array), *out);

@@ -597,15 +597,15 @@ View finish_import(Import&& imp, ImportOwner&& owner, const DlpackImport& info,
                : target      ? "copy=False forbids the copy to the device"
                              : "pass copy=True to copy it to the device"));
     const DeviceGuard on(target ? *target : -1);
-    return host_to_device(imp.view(owner.share()), library_default_stream());
+    return host_to_device(std::move(imp).view(owner.share()), library_default_stream());
   }
   if (!is_cuda_like(info.device.device_type))
     throw_error(not_on_device, std::string(entry) + ": device type " +
                                    std::to_string(info.device.device_type) +
                                    " is not CUDA memory (expected kDLCUDA, kDLCUDAHost or "
                                    "kDLCUDAManaged)");
-  imp.stream.resolve(device::backend());
-  View v = imp.view(owner.share());
+  imp.stream.resolve();
+  View v = std::move(imp).view(owner.share());
   if (target) {
     if (auto moved = onto_device(v, info.device.device_type, *target, copy)) return *moved;
     return v;
@@ -689,17 +689,18 @@ nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, co
   // 2. The core's checks; the owner releases the tensor if they fail.
   DlpackArray a =
       owner.versioned() ? read_dlpack(*owner.versioned()) : read_dlpack(*owner.legacy());
-  // 3. The import: its producer's stream ordered after with sync (`sync` includes
-  // cai.config's switch, read once by the caller).
-  Import imp{
-      a.ptr, a.info.readonly, std::move(a.layout), std::move(a.dtype),
-      sync && producer_stream ? ImportStream::producer(*producer_stream) : ImportStream::none()};
+  // 3. The producer's stream, ordered after with sync (`sync` includes cai.config's switch,
+  // read once by the caller).
+  ImportStream stream =
+      sync && producer_stream ? ImportStream::producer(*producer_stream) : ImportStream::none();
   // 4. Resolve -> wrap: a device tensor taken as it is, else through a View (a copy, a host
   // tensor, a target device).
   if (is_cuda_like(a.info.device.device_type) && copy != true && !target_device) {
-    imp.stream.resolve(device::backend());
-    return wrap_import(std::move(imp), std::move(owner));
+    stream.resolve();
+    return wrap_import(a.ptr, a.info.readonly, std::move(a.layout), std::move(a.dtype),
+                       std::move(stream), std::move(owner));
   }
+  Import imp{a.ptr, a.info.readonly, std::move(a.layout), std::move(a.dtype), std::move(stream)};
   return wrap(finish_import(std::move(imp), std::move(owner), a.info, copy, entry, target_device));
 }
 

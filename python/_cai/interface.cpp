@@ -358,23 +358,19 @@ Interface read_interface(nb::handle desc, bool sync, const char* entry, int dept
   return read_any(x, sync, entry, depth, mask);
 }
 
-// Parse: the validated dict as an Import, its producer's stream unresolved. The CAI v3
-// consumer rule: with sync, a stream the producer names is ordered after, and one it does not
-// name (None, absent) is ordered after through the legacy stream.
-Import import_of(Interface&& itf, bool sync) {
-  ImportStream stream = !sync        ? ImportStream::none()
-                        : itf.stream ? ImportStream::producer(*itf.stream)
-                                     : ImportStream::unnamed();
-  return Import{itf.ptr, itf.readonly, std::move(itf.layout), std::move(itf.dtype),
-                std::move(stream)};
+// Parse: the producer's stream of a validated dict, unresolved. The CAI v3 consumer rule:
+// with sync, a stream the producer names is ordered after, and one it does not name (None,
+// absent) is ordered after through the legacy stream.
+ImportStream stream_of(const Interface& itf, bool sync) {
+  return !sync        ? ImportStream::none()
+         : itf.stream ? ImportStream::producer(*itf.stream)
+                      : ImportStream::unnamed();
 }
 
 View resolved_view(Interface&& itf, std::shared_ptr<const View> mask, nb::handle owner, bool sync) {
-  ParsedArray parsed;
-  parsed.import = import_of(std::move(itf), sync);
-  parsed.owner = owner;
-  parsed.mask = std::move(mask);
-  return std::move(parsed).view();
+  ImportStream stream = stream_of(itf, sync);
+  return ParsedArray{nb::object(), std::move(itf), std::move(stream), owner, std::move(mask)}
+      .view();
 }
 
 // cai.Array (python/cai/_tile.py) wraps a cai array: its view, not an export and import of
@@ -422,47 +418,46 @@ nb::object interface_of(nb::handle obj) {
 
 ParsedArray parse_array(nb::handle obj, bool sync, const char* entry) {
   sync = import_sync(sync);  // the one read of cai.config's switch for this import
-  // Classify: a cai array as it is; cai.Array's and a host array's device view; a CAI
-  // producer; else DLPack, the other road onto the device (parsed and resolved there).
-  ParsedArray parsed;
-  if (as_py_array(obj, entry)) {
-    parsed.array = nb::borrow(obj);
-  } else if (PyArray* a = tile_array(obj)) {
-    parsed.array = wrap(a->view());
-  } else if (nb::object dev = host_array_device_view(obj); dev.is_valid()) {
-    parsed.array = std::move(dev);
-  } else if (nb::object desc = interface_of(obj); desc.is_valid()) {
-    parsed = parse_interface(desc, obj, sync, entry);
-  } else if (has_dlpack(obj)) {
-    parsed.array = import_dlpack(obj, std::nullopt, sync, entry);
-  } else {
-    not_a_gpu_array(obj, entry);
-  }
-  return parsed;
+  // Classify (each entry has taken its own arrays as they are first: their hot path):
+  // cai.Array's and a host array's device view; a CAI producer; else DLPack, the other road
+  // onto the device (parsed and resolved there). Each branch returns its value in place.
+  if (PyArray* a = tile_array(obj)) return {wrap(a->view())};
+  if (nb::object dev = host_array_device_view(obj); dev.is_valid()) return {std::move(dev)};
+  if (nb::object desc = interface_of(obj); desc.is_valid())
+    return parse_interface(desc, obj, sync, entry);
+  if (has_dlpack(obj)) return {import_dlpack(obj, std::nullopt, sync, entry)};
+  not_a_gpu_array(obj, entry);
 }
 
 ParsedArray parse_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry) {
-  ParsedArray parsed;
-  parsed.import = import_of(read_interface(desc, sync, entry, 0, &parsed.mask), sync);
+  std::shared_ptr<const View> mask;
+  // The fields built in place (braced: the dict is read before the mask is taken).
+  ParsedArray parsed{nb::object(), read_interface(desc, sync, entry, 0, &mask)};
+  parsed.stream = stream_of(parsed.fields, sync);
   parsed.owner = owner;
+  parsed.mask = std::move(mask);
   return parsed;
 }
 
 nb::object ParsedArray::wrap() && {
   if (array.is_valid()) return std::move(array);
   if (mask) return python::wrap(std::move(*this).view());
-  import.stream.resolve(device::backend());
-  return wrap_import(std::move(import), ImportOwner::python(owner));
+  stream.resolve();
+  return wrap_import(fields.ptr, fields.readonly, std::move(fields.layout), std::move(fields.dtype),
+                     std::move(stream), ImportOwner::python(owner));
 }
 
 View ParsedArray::view() && {
-  import.stream.resolve(device::backend());
-  View v = import.view(keep_alive(owner));
+  stream.resolve();
+  View v = Import{fields.ptr, fields.readonly, std::move(fields.layout), std::move(fields.dtype),
+                  std::move(stream)}
+               .view(keep_alive(owner));
   if (mask) v.set_mask(std::move(mask));
   return v;
 }
 
 nb::object import_array(nb::handle obj, bool sync, const char* entry) {
+  if (as_py_array(obj, entry)) return nb::borrow(obj);  // ours, as it is
   return parse_array(obj, sync, entry).wrap();
 }
 

@@ -19,8 +19,11 @@ namespace cai::python {
 /// producer's checked fields. A check may refuse it before resolve, which is then never paid
 /// (docs/architecture.md, "Import").
 struct ParsedArray {
-  nb::object array;                  ///< a cai array; invalid for a CAI import
-  Import import;                     ///< a CAI import's fields and producer's stream
+  nb::object array;  ///< a cai array; invalid for a CAI import
+  /// A CAI import: its fields, checked by the core (moved once, into the DeviceNDArray's
+  /// Import or the View), and its producer's stream.
+  Interface fields;
+  ImportStream stream = ImportStream::none();
   nb::handle owner;                  ///< the CAI producer: keeps the memory alive
   std::shared_ptr<const View> mask;  ///< a CAI import's mask, imported already
 
@@ -30,7 +33,8 @@ struct ParsedArray {
   View view() &&;
 };
 
-/// Classify -> parse, for every entry that takes any GPU array: ours, a CAI producer's dict
+/// Classify -> parse, for every entry that takes any GPU array but ours (each entry takes its
+/// own arrays as they are first): cai.Array and host arrays, a CAI producer's dict
 /// (read in one pass, top to bottom in interface.cpp), else DLPack. `entry` names the caller
 /// in messages. With sync (and cai.config.CUDA_ARRAY_INTERFACE_SYNC, read here once), the
 /// producer's stream is ordered after (CAI v3 consumer rule).

@@ -4,8 +4,8 @@
 
 namespace cai {
 
-void ImportStream::resolve(device::Backend& backend) {
-  if (kind_ != Kind::producer) return;
+void ImportStream::resolve_producer() {
+  device::Backend& backend = device::backend();
   switch (sync::import_order(backend, producer_)) {
     case sync::ImportOrder::by_name:
       kind_ = Kind::by_name;
@@ -31,7 +31,7 @@ std::shared_ptr<sync::SyncState> ImportStream::state() const {
       return sync::SyncState::imported_without_stream(producer_);
     case Kind::producer: {
       ImportStream resolved = *this;
-      resolved.resolve(device::backend());
+      resolved.resolve();
       return resolved.state();
     }
     case Kind::by_name:
@@ -42,8 +42,12 @@ std::shared_ptr<sync::SyncState> ImportStream::state() const {
   return std::make_shared<sync::SyncState>();
 }
 
-View Import::view(std::shared_ptr<const void> owner) const {
+View Import::view(std::shared_ptr<const void> owner) const& {
   return View(ptr, dtype, layout, readonly, stream.state(), std::move(owner));
+}
+
+View Import::view(std::shared_ptr<const void> owner) && {
+  return View(ptr, std::move(dtype), std::move(layout), readonly, stream.state(), std::move(owner));
 }
 
 View Import::unresolved_view() const {

@@ -30,10 +30,13 @@ class ImportStream {
     return ImportStream(Kind::producer, s);
   }
 
-  /// Keeps the producer's stream as sync::import_order says: a default stream by name (no
-  /// driver call), a foreign one by one query, and an event recorded on it when it is busy.
-  /// Does nothing once resolved.
-  void resolve(device::Backend& backend);
+  /// Keeps the producer's stream as sync::import_order says on device::backend(): a default
+  /// stream by name (no driver call), a foreign one by one query, and an event recorded on it
+  /// when it is busy. Does nothing (not even choose the backend) once resolved or with no
+  /// producer's stream.
+  void resolve() {
+    if (kind_ == Kind::producer) resolve_producer();
+  }
   /// Whether resolve() has yet to run for a producer's stream.
   bool unresolved() const noexcept { return kind_ == Kind::producer; }
   /// Whether an event recorded at resolve() stands for the producer's stream.
@@ -47,6 +50,7 @@ class ImportStream {
   enum class Kind : std::uint8_t { none, unnamed, producer, idle, by_name, by_event };
   ImportStream() = default;
   ImportStream(Kind k, device::StreamHandle s) noexcept : kind_(k), producer_(s) {}
+  void resolve_producer();
 
   Kind kind_ = Kind::none;
   device::StreamHandle producer_ = 0;
@@ -65,7 +69,9 @@ struct Import {
 
   /// The View of the import, whose memory `owner` keeps alive; the stream is resolved first
   /// when it is not yet. The one place an imported View is built.
-  View view(std::shared_ptr<const void> owner) const;
+  View view(std::shared_ptr<const void> owner) const&;
+  /// The same, the fields moved into the View.
+  View view(std::shared_ptr<const void> owner) &&;
   /// The fields alone as a View, with no stream state and no owner: what a check that refuses
   /// the import before resolve() describes in its message (no driver call).
   View unresolved_view() const;

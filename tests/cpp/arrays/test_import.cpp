@@ -47,7 +47,7 @@ class ImportTest : public ::testing::Test {
     // The import event pool's first event is made on first use, which is not counted below.
     std::promise<void> gate = hold(producer);
     ImportStream warm = ImportStream::producer(producer);
-    warm.resolve(b);
+    warm.resolve();
     gate.set_value();
     b.synchronize();
   }
@@ -92,7 +92,7 @@ TEST_F(ImportTest, view_has_the_fields_and_the_owner) {
 TEST_F(ImportTest, no_stream_and_unnamed_stream_cost_nothing) {
   for (ImportStream s : {ImportStream::none(), ImportStream::unnamed()}) {
     const Calls c = calls_of(b, [&] {
-      s.resolve(b);
+      s.resolve();
       (void)import_of(s).view(nullptr);
     });
     EXPECT_EQ(total(c), 0u);
@@ -104,7 +104,7 @@ TEST_F(ImportTest, no_stream_and_unnamed_stream_cost_nothing) {
 TEST_F(ImportTest, default_stream_is_kept_by_name_without_a_driver_call) {
   ImportStream s = ImportStream::producer(device::kLegacyDefaultStream);
   EXPECT_TRUE(s.unresolved());
-  const Calls c = calls_of(b, [&] { s.resolve(b); });
+  const Calls c = calls_of(b, [&] { s.resolve(); });
   EXPECT_EQ(total(c), 0u);
   EXPECT_FALSE(s.unresolved());
   EXPECT_FALSE(s.by_event());
@@ -115,7 +115,7 @@ TEST_F(ImportTest, default_stream_is_kept_by_name_without_a_driver_call) {
 
 TEST_F(ImportTest, idle_foreign_stream_costs_one_query_and_keeps_nothing) {
   ImportStream s = ImportStream::producer(producer);
-  const Calls c = calls_of(b, [&] { s.resolve(b); });
+  const Calls c = calls_of(b, [&] { s.resolve(); });
   EXPECT_EQ(count(c, "cuStreamQuery"), 1u);
   EXPECT_EQ(total(c), 1u);
   EXPECT_FALSE(s.by_event());
@@ -128,7 +128,7 @@ TEST_F(ImportTest, idle_foreign_stream_costs_one_query_and_keeps_nothing) {
 TEST_F(ImportTest, busy_foreign_stream_records_one_event_once) {
   std::promise<void> gate = hold(producer);
   ImportStream s = ImportStream::producer(producer);
-  const Calls c = calls_of(b, [&] { s.resolve(b); });
+  const Calls c = calls_of(b, [&] { s.resolve(); });
   EXPECT_EQ(count(c, "cuStreamQuery"), 1u);
   EXPECT_EQ(count(c, "cuEventRecord"), 1u);
   EXPECT_EQ(total(c), 2u);
@@ -136,7 +136,7 @@ TEST_F(ImportTest, busy_foreign_stream_records_one_event_once) {
   // Resolved once: resolving again and building the View make no driver call.
   View v;
   const Calls later = calls_of(b, [&] {
-    s.resolve(b);
+    s.resolve();
     v = import_of(s).view(nullptr);
   });
   EXPECT_EQ(total(later), 0u);
