@@ -9,7 +9,7 @@
 #include "device/sim/sim_driver.h"
 #include "device/sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 namespace {
 
@@ -281,4 +281,4 @@ CUresult SimDriver::cuProfilerStop() {
 
 #undef CAI_SIM_CHECK_DEVICE
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

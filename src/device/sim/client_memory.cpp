@@ -10,7 +10,7 @@
 #include "device/sim/sim_driver.h"
 #include "device/sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 namespace {
 
@@ -323,4 +323,4 @@ CUresult SimDriver::cuMemPoolTrimTo(CUmemoryPool pool, std::size_t keep_bytes) {
   return CUDA_SUCCESS;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

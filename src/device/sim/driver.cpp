@@ -19,7 +19,7 @@
 #include "device/sim/sim_driver.h"
 #include "device/sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 namespace {
 
@@ -571,4 +571,4 @@ CUresult SimDriver::caiSimGetStats(CaiSimStats* stats) {
   return CUDA_SUCCESS;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

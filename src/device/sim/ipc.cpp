@@ -12,7 +12,7 @@
 #include "device/sim/sim_driver.h"
 #include "device/sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 namespace {
 
@@ -283,4 +283,4 @@ CUresult SimDriver::cuIpcOpenEventHandle(CUevent* event, CUipcEventHandle handle
   return CUDA_SUCCESS;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

@@ -14,7 +14,7 @@
 #include "device/sim/sim_driver.h"
 #include "device/sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 std::vector<AccessRun> declared_runs(const CaiSimAccess* accesses, std::size_t count);
 
@@ -215,4 +215,4 @@ CUresult SimDriver::caiSimLaunchHostTask(CUstream h, const CaiSimAccess* accesse
   return CUDA_SUCCESS;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

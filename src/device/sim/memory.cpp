@@ -17,7 +17,7 @@
 #include "device/sim/sim_driver.h"
 #include "device/sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 namespace {
 
@@ -804,4 +804,4 @@ CUresult SimDriver::caiSimForget(CUdeviceptr ptr, std::size_t bytes) {
   return CUDA_SUCCESS;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

@@ -8,7 +8,7 @@
 #include "device/checks.h"
 #include "device/driver/api.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 namespace {
 
@@ -162,7 +162,7 @@ void RaceDetector::report(const std::vector<Conflict>& conflicts, const Who& who
   for (std::size_t i = 0; i < conflicts.size() && i < kListed; ++i) {
     const Conflict& c = conflicts[i];
     std::string range = "[";  // built by appending: GCC 12 warns falsely on "[" + string
-    range.append(hex(c.lo)).append("+").append(std::to_string(c.hi - c.lo)).append(")");
+    range.append(detail::hex(c.lo)).append("+").append(std::to_string(c.hi - c.lo)).append(")");
     if (i > 0) msg += "; and ";
     msg += std::string(name) + " on " + *who.label + (c.cur_write ? " writes " : " reads ") +
            range + " while " + *c.prev.name + " on " + *c.prev.label +
@@ -183,4 +183,4 @@ void RaceDetector::forget(std::uint64_t lo, std::uint64_t hi) {
   while (it != segments_.end() && it->first < hi) it = segments_.erase(it);
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

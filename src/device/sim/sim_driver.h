@@ -36,11 +36,10 @@
 #include "device/sim/abi_table.h"
 #include "device/sim/client_entries.h"
 #include "device/sim/device_heap.h"
+#include "device/sim/driver_names.h"
 #include "device/sim/race_detector.h"
 
-namespace cai::device::detail {
-
-using namespace cu;
+namespace cai::device::sim {
 
 class SimDriver {
  public:
@@ -370,4 +369,4 @@ int sim_devices_from_env();
 /// The message of the last failed call on this thread (driver.cpp sets it).
 void set_error_detail(std::string detail);
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

@@ -8,11 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "device/driver/abi.h"
+#include "device/sim/driver_names.h"
 
-namespace cai::device::detail {
-
-using namespace cu;
+namespace cai::device::sim {
 
 inline constexpr int kMaxDevices = 64;
 /// CUDA 13.0, the driver cai was last run on.
@@ -84,4 +82,4 @@ std::size_t host_page_size() noexcept;
 std::byte* allocate_host_block(std::size_t bytes);
 void free_host_block(std::byte* p) noexcept;
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

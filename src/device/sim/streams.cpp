@@ -13,7 +13,7 @@
 #include "device/sim/sim_driver.h"
 #include "device/sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 // ---------------------------------------------------------------------------------------------
 // Bookkeeping (mu_ held).
@@ -612,4 +612,4 @@ CUresult SimDriver::cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
   return CUDA_SUCCESS;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

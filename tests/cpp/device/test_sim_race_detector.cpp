@@ -8,7 +8,7 @@
 #include "device/sim/race_detector.h"
 #include "test_sim_util.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 namespace {
 
 using cai::test::ThrowsCaiError;
@@ -150,4 +150,4 @@ TEST_F(RaceDetectorTest, writes_coalesce_the_history) {
 }
 
 }  // namespace
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim
