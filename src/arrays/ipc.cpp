@@ -9,20 +9,20 @@
 #include <tuple>
 #include <vector>
 
-#include "arrays/ipc_tickets.h"
 #include "cai/arrays/devices.h"
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
 #include "cai/core/strided.h"
 #include "cai/sync/ordering.h"
-#include "device/shared_memory.h"
+#include "ipc_tickets.h"
+#include "shared_memory.h"
 
 namespace cai {
 
 namespace {
 
-using device::detail::ProcessId;
-using device::detail::SharedMapping;
+using platform::ProcessId;
+using platform::SharedMapping;
 
 // The control segment of a process that shares memory: a header, one slot per export (its
 // reference count), then the ticket cells (ipc_tickets.h).
@@ -323,7 +323,7 @@ static IpcArrayHandle export_unmasked(const View& v) {
   constexpr const char* where = "get_ipc_handle()";
   auto& backend = device::backend();
   IpcArrayHandle h;
-  h.boot_id = device::detail::boot_id();
+  h.boot_id = platform::boot_id();
   h.backend = std::string(backend.name());
   h.dtype = v.dtype();
   h.shape = Dims(v.shape());
@@ -422,11 +422,11 @@ namespace {
 
 // A handle of this machine (since its boot) and of this process's backend.
 void check_origin(const IpcArrayHandle& h, device::Backend& backend, const char* where) {
-  if (h.boot_id != device::detail::boot_id()) {
+  if (h.boot_id != platform::boot_id()) {
     throw_error(Errc::value_error, std::string(where) +
                                        ": the handle was made on another machine or before this "
                                        "machine restarted (boot id " +
-                                       h.boot_id + ", here " + device::detail::boot_id() +
+                                       h.boot_id + ", here " + platform::boot_id() +
                                        "); memory is shared only between processes of one machine");
   }
   if (h.backend != backend.name()) {

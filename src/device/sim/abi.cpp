@@ -4,8 +4,8 @@
 #include <cstring>
 #include <string_view>
 
-#include "device/sim/entry_points.h"
-#include "device/sim/sim_internal.h"
+#include "sim/entry_points.h"
+#include "sim/sim_internal.h"
 
 namespace cai::device::sim {
 

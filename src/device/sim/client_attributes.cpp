@@ -7,7 +7,7 @@
 #include <string_view>
 #include <thread>
 
-#include "device/sim/sim_internal.h"
+#include "sim/sim_internal.h"
 
 namespace cai::device::sim {
 

@@ -1,4 +1,4 @@
-#include "device/sim/device_heap.h"
+#include "sim/device_heap.h"
 
 #include <sys/mman.h>
 

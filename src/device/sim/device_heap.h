@@ -16,7 +16,7 @@
 #include <memory>
 #include <utility>
 
-#include "device/sim/driver_names.h"
+#include "sim/driver_names.h"
 
 namespace cai::device::sim {
 

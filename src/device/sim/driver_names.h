@@ -5,10 +5,10 @@
 // Per-name declarations (not a using-directive): a header must not pour a namespace into its
 // includers, and a name the simulator does not use stays qualified.
 
-#include "device/driver/abi.h"
-#include "device/driver/api.h"
-#include "device/shared_memory.h"
-#include "device/sim/client_entries.h"
+#include "driver/abi.h"
+#include "driver/api.h"
+#include "shared_memory.h"
+#include "sim/client_entries.h"
 
 namespace cai::device::sim {
 
@@ -78,10 +78,10 @@ using cu::kMemHostAllocPortable;
 using cu::kMemHostAllocWriteCombined;
 
 // Memory shared between processes (the device heap, interprocess events and exports).
-using detail::boot_id;
-using detail::ProcessId;
-using detail::shared_wait;
-using detail::shared_wake_all;
-using detail::SharedMapping;
+using platform::boot_id;
+using platform::ProcessId;
+using platform::shared_wait;
+using platform::shared_wake_all;
+using platform::SharedMapping;
 
 }  // namespace cai::device::sim

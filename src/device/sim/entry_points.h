@@ -16,8 +16,8 @@
 #include <string_view>
 
 #include "cai/core/error.h"
-#include "device/sim/abi_table.h"
-#include "device/sim/sim_driver.h"
+#include "sim/abi_table.h"
+#include "sim/sim_driver.h"
 
 namespace cai::device::sim {
 

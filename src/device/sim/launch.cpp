@@ -10,9 +10,9 @@
 
 #include "cai/core/error.h"
 #include "cai/core/layout.h"
-#include "device/kernels/grid.h"
-#include "device/sim/sim_driver.h"
-#include "device/sim/sim_internal.h"
+#include "kernels/grid.h"
+#include "sim/sim_driver.h"
+#include "sim/sim_internal.h"
 
 namespace cai::device::sim {
 

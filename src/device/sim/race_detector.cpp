@@ -1,12 +1,12 @@
-#include "device/sim/race_detector.h"
+#include "sim/race_detector.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "cai/core/error.h"
+#include "cai/core/format.h"
 #include "cai/core/strided.h"
-#include "device/checks.h"
-#include "device/driver/api.h"
+#include "driver/api.h"
 
 namespace cai::device::sim {
 
@@ -161,8 +161,7 @@ void RaceDetector::report(const std::vector<Conflict>& conflicts, const Who& who
   std::string msg(cu::kSimRaceDetailPrefix);
   for (std::size_t i = 0; i < conflicts.size() && i < kListed; ++i) {
     const Conflict& c = conflicts[i];
-    std::string range = "[";  // built by appending: GCC 12 warns falsely on "[" + string
-    range.append(detail::hex(c.lo)).append("+").append(std::to_string(c.hi - c.lo)).append(")");
+    const std::string range = cai::detail::range_text(c.lo, c.hi - c.lo);
     if (i > 0) msg += "; and ";
     msg += std::string(name) + " on " + *who.label + (c.cur_write ? " writes " : " reads ") +
            range + " while " + *c.prev.name + " on " + *c.prev.label +

@@ -31,13 +31,13 @@
 #include <vector>
 
 #include "cai/core/strided.h"
-#include "device/driver/api.h"
-#include "device/shared_memory.h"
-#include "device/sim/abi_table.h"
-#include "device/sim/client_entries.h"
-#include "device/sim/device_heap.h"
-#include "device/sim/driver_names.h"
-#include "device/sim/race_detector.h"
+#include "driver/api.h"
+#include "shared_memory.h"
+#include "sim/abi_table.h"
+#include "sim/client_entries.h"
+#include "sim/device_heap.h"
+#include "sim/driver_names.h"
+#include "sim/race_detector.h"
 
 namespace cai::device::sim {
 

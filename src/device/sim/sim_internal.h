@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "device/sim/driver_names.h"
+#include "cai/core/format.h"
+#include "sim/driver_names.h"
 
 namespace cai::device::sim {
 
@@ -75,7 +76,7 @@ std::uint64_t this_thread_id();
 /// Sets the calling thread's error detail (caiSimGetErrorDetail) and returns r.
 CUresult fail(CUresult r, std::string detail);
 
-std::string hex_text(std::uint64_t v);
+using cai::detail::hex;
 
 /// The host's page size: page-locked and managed memory comes in whole pages.
 std::size_t host_page_size() noexcept;

@@ -11,13 +11,13 @@
 #include <numeric>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cai/core/error.h"
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
 #include "cai_matchers.h"
-#include "device/backend/backend.h"
-#include "device/driver/abi.h"
-#include "device/sim/sim_driver.h"
+#include "driver/abi.h"
+#include "sim/sim_driver.h"
 #include "test_sim_util.h"
 
 namespace cai::device {

@@ -11,8 +11,8 @@
 #include <concepts>
 #include <type_traits>
 
-#include "device/driver/api.h"
-#include "device/sim/sim_driver.h"
+#include "driver/api.h"
+#include "sim/sim_driver.h"
 
 namespace {
 

@@ -13,12 +13,12 @@
 #include <set>
 #include <string>
 
+#include "backend/backend.h"
 #include "cai/core/error.h"
 #include "cai_matchers.h"
-#include "device/backend/backend.h"
-#include "device/driver/api.h"
-#include "device/kernels/launch.h"
-#include "device/sim/sim_driver.h"
+#include "driver/api.h"
+#include "kernels/launch.h"
+#include "sim/sim_driver.h"
 
 namespace cai::device {
 namespace {

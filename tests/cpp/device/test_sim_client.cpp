@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "device/sim/client_entries.h"
-#include "device/sim/sim_driver.h"
+#include "sim/client_entries.h"
+#include "sim/sim_driver.h"
 
 namespace cai::device::detail {
 namespace {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "cai_matchers.h"
-#include "device/driver/api.h"
+#include "driver/api.h"
 #include "test_sim_util.h"
 
 namespace cai::device::sim {

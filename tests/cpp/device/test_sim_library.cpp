@@ -14,8 +14,8 @@
 #include <string>
 #include <thread>
 
-#include "device/driver/api.h"
-#include "device/sim/entry_points.h"
+#include "driver/api.h"
+#include "sim/entry_points.h"
 
 #ifndef CAI_TEST_SIM_DRIVER
 #error "CAI_TEST_SIM_DRIVER: the path of the built libcuda.so.1 (tests/cpp/CMakeLists.txt)"

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "cai_matchers.h"
-#include "device/sim/race_detector.h"
+#include "sim/race_detector.h"
 #include "test_sim_util.h"
 
 namespace cai::device::sim {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cai_matchers.h"
-#include "device/sim/device_heap.h"
+#include "sim/device_heap.h"
 #include "test_sim_util.h"
 
 #if defined(CAI_TEST_COVERAGE)

@@ -13,11 +13,11 @@
 #include <string>
 #include <string_view>
 
+#include "backend/backend.h"
 #include "cai/core/layout.h"
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
-#include "device/backend/backend.h"
-#include "device/sim/sim_driver.h"
+#include "sim/sim_driver.h"
 
 namespace cai::device::detail {
 

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <type_traits>
 
-#include "device/sim/entry_points.h"
+#include "sim/entry_points.h"
 
 namespace cai::device::sim {
 namespace {
