@@ -378,15 +378,14 @@ View view_of(Interface&& itf, std::shared_ptr<const View> mask, nb::handle owner
   return v;
 }
 
-// cai.Array (python/cai/_tile.py) wraps a cai array: its view, not an export and import of
-// it (which would name the legacy stream for an array imported from a foreign stream).
-PyArray* tile_array(nb::handle obj) {
-  static PyObject* type = [] {
-    nb::object t = nb::module_::import_("cai._tile").attr("Array");
-    return t.release().ptr();  // kept for the process
-  }();
-  if (Py_TYPE(obj.ptr()) != reinterpret_cast<PyTypeObject*>(type)) return nullptr;
-  return as_py_array(nb::getattr(obj, "_data"));
+// An object whose type has `__cai_array__` wraps the cai array that attribute gives (cai.Array,
+// python/cai/_tile.py, does): its view, not an export and import of it (which would name the
+// legacy stream for an array imported from a foreign stream). A type lookup: no attribute error
+// for the foreign objects of every other import.
+PyArray* wrapped_array(nb::handle obj) {
+  static PyObject* const name = PyUnicode_InternFromString("__cai_array__");
+  if (_PyType_Lookup(Py_TYPE(obj.ptr()), name) == nullptr) return nullptr;
+  return as_py_array(nb::getattr(obj, name));
 }
 
 PyObject* g_host_array_type = nullptr;  // cai._mapped's base class, set when it is imported
@@ -424,7 +423,7 @@ nb::object interface_of(nb::handle obj) {
 nb::object import_array(nb::handle obj, bool sync, const char* entry,
                         std::optional<device::StreamHandle>* deferred) {
   if (as_py_array(obj, entry)) return nb::borrow(obj);
-  if (PyArray* a = tile_array(obj)) return wrap(a->view());
+  if (PyArray* a = wrapped_array(obj)) return wrap(a->view());
   if (nb::object dev = host_array_device_view(obj); dev.is_valid()) return dev;
   nb::object desc = interface_of(obj);
   if (!desc.is_valid()) {
@@ -476,7 +475,7 @@ ViewArg::ViewArg(nb::handle obj, bool sync, const char* entry,
     view_ = &ours_->view();
     return;
   }
-  if (PyArray* a = tile_array(obj)) {
+  if (PyArray* a = wrapped_array(obj)) {
     view_ = &a->view();
     return;
   }
