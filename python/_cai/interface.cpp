@@ -373,15 +373,14 @@ View resolved_view(Interface&& itf, std::shared_ptr<const View> mask, nb::handle
       .view();
 }
 
-// cai.Array (python/cai/_tile.py) wraps a cai array: its view, not an export and import of
-// it (which would name the legacy stream for an array imported from a foreign stream).
-PyArray* tile_array(nb::handle obj) {
-  static PyObject* type = [] {
-    nb::object t = nb::module_::import_("cai._tile").attr("Array");
-    return t.release().ptr();  // kept for the process
-  }();
-  if (Py_TYPE(obj.ptr()) != reinterpret_cast<PyTypeObject*>(type)) return nullptr;
-  return as_py_array(nb::getattr(obj, "_data"));
+// An object whose type has `__cai_array__` wraps the cai array that attribute gives (cai.Array,
+// python/cai/_tile.py, does): its view, not an export and import of it (which would name the
+// legacy stream for an array imported from a foreign stream). A type lookup: no attribute error
+// for the foreign objects of every other import.
+PyArray* wrapped_array(nb::handle obj) {
+  static PyObject* const name = PyUnicode_InternFromString("__cai_array__");
+  if (_PyType_Lookup(Py_TYPE(obj.ptr()), name) == nullptr) return nullptr;
+  return as_py_array(nb::getattr(obj, name));
 }
 
 PyObject* g_host_array_type = nullptr;  // cai._mapped's base class, set when it is imported
@@ -421,7 +420,7 @@ ParsedArray parse_array(nb::handle obj, bool sync, const char* entry) {
   // Classify (each entry has taken its own arrays as they are first: their hot path):
   // cai.Array's and a host array's device view; a CAI producer; else DLPack, the other road
   // onto the device (parsed and resolved there). Each branch returns its value in place.
-  if (PyArray* a = tile_array(obj)) return {wrap(a->view())};
+  if (PyArray* a = wrapped_array(obj)) return {wrap(a->view())};
   if (nb::object dev = host_array_device_view(obj); dev.is_valid()) return {std::move(dev)};
   if (nb::object desc = interface_of(obj); desc.is_valid())
     return parse_interface(desc, obj, sync, entry);

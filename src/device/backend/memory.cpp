@@ -7,10 +7,10 @@
 #include <span>
 #include <string>
 
+#include "backend/backend.h"
+#include "backend/stream_memory.h"
 #include "cai/core/error.h"
-#include "device/backend/backend.h"
-#include "device/backend/stream_memory.h"
-#include "device/checks.h"
+#include "checks.h"
 
 namespace cai::device {
 

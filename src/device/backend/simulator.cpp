@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cai/core/error.h"
-#include "device/backend/backend.h"
 
 namespace cai::device::sim {
 

@@ -14,12 +14,12 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cai/core/error.h"
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
 #include "cai_matchers.h"
-#include "device/backend/backend.h"
-#include "device/driver/api.h"
+#include "driver/api.h"
 #include "test_sim_util.h"
 
 namespace cai::device {

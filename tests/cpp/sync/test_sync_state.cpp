@@ -10,7 +10,7 @@
 
 #include "cai/device/backend.h"
 #include "cai/sync/ordering.h"
-#include "device/backend/backend.h"
+#include "backend/backend.h"
 
 namespace cai::sync {
 namespace {
