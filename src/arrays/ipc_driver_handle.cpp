@@ -11,6 +11,7 @@
 #include "cai/core/error.h"
 #include "cai/device/backend.h"
 #include "cai/device/owned.h"
+#include "ipc_state.h"
 
 namespace cai {
 
@@ -23,15 +24,7 @@ struct DriverMapping {
   DriverMapping(std::uint64_t b, int d) : base(b), device(d) {}
   DriverMapping(const DriverMapping&) = delete;
   DriverMapping& operator=(const DriverMapping&) = delete;
-  ~DriverMapping() {
-    if (device::exiting()) return;
-    try {
-      const DeviceGuard on(device);
-      device::backend().ipc_close_memory(base);
-    } catch (...) {
-      // The mapping leaks; nothing else can be done in a destructor.
-    }
-  }
+  ~DriverMapping() { detail::ipc::close_mapping(base, device); }
 };
 
 }  // namespace

@@ -83,4 +83,14 @@ std::vector<std::shared_ptr<ExportRecord>> take_unused_locked(State& st) {
   return done;
 }
 
+void close_mapping(std::uint64_t base, int device) noexcept {
+  if (device::exiting()) return;
+  try {
+    const DeviceGuard on(device);
+    device::backend().ipc_close_memory(base);
+  } catch (...) {
+    // The mapping leaks; nothing else can be done in a destructor.
+  }
+}
+
 }  // namespace cai::detail::ipc

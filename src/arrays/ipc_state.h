@@ -100,21 +100,17 @@ struct ExportRecord {
 };
 
 // Memory of another process mapped here, shared by every array opened on it.
+/// Unmaps memory opened with Backend::ipc_open_memory on `device`, from a destructor: nothing at
+/// exit, and a failure leaks the mapping (nothing else can be done there).
+void close_mapping(std::uint64_t base, int device) noexcept;
+
 struct ImportMapping {
   std::uint64_t base = 0;
   int device = 0;
   IpcArrayHandle origin;  ///< the memory and lifetime fields, for forwarding
   std::shared_ptr<SharedMapping> control;
 
-  ~ImportMapping() {
-    if (device::exiting()) return;
-    try {
-      const DeviceGuard on(device);
-      device::backend().ipc_close_memory(base);
-    } catch (...) {
-      // The mapping leaks; nothing else can be done in a destructor.
-    }
-  }
+  ~ImportMapping() { close_mapping(base, device); }
 };
 
 using TicketKey = std::tuple<std::int32_t, std::uint64_t, std::uint64_t>;
