@@ -4,7 +4,7 @@
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY include/cai DESTINATION ${CAI_INSTALL_INCLUDEDIR})
-install(TARGETS cai cai_nanobind cai_core cai_device cai_sync cai_arrays EXPORT cai-targets
+install(TARGETS cai cai_nanobind cai_core cai_platform cai_device cai_sync cai_arrays EXPORT cai-targets
         ARCHIVE DESTINATION ${CAI_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CAI_INSTALL_LIBDIR})
 if(TARGET cai_sim_driver)

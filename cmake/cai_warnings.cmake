@@ -14,7 +14,7 @@ function(cai_add_layer name)
   target_include_directories(cai_${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
     $<INSTALL_INTERFACE:${CAI_INSTALL_INCLUDEDIR}>
-    PRIVATE ${PROJECT_SOURCE_DIR}/src)
+    PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_compile_features(cai_${name} PUBLIC cxx_std_20)
   if(ARG_DEPENDS)
     target_link_libraries(cai_${name} PUBLIC ${ARG_DEPENDS})

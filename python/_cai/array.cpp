@@ -168,53 +168,42 @@ std::shared_ptr<const void> ImportOwner::share() {
 
 PyArray::PyArray(View view, nb::object dtype)
     : np_dtype(std::move(dtype)),
-      ptr_(view.ptr()),
-      readonly_(view.readonly()),
-      layout_(view.layout()),
-      dtype_(view.dtype()),
+      import_{view.ptr(), view.readonly(), view.layout(), view.dtype()},
       view_(with_own_python_owner(std::move(view))) {}
 
-PyArray::PyArray(std::uint64_t ptr, DType&& dtype, Layout&& layout, bool readonly,
-                 ImportOwner&& owner, ImportStream&& stream) noexcept
-    : ptr_(ptr),
-      readonly_(readonly),
-      layout_(std::move(layout)),
-      dtype_(std::move(dtype)),
-      stream_(std::move(stream)),
-      owner_(std::move(owner)) {}
+PyArray::PyArray(std::uint64_t ptr, bool readonly, Layout&& layout, DType&& dtype,
+                 ImportStream&& stream, ImportOwner&& owner)
+    : import_{ptr, readonly, std::move(layout), std::move(dtype), std::move(stream)},
+      owner_(std::move(owner)) {
+  // An import event is part of a stream state: the View holds it from the start.
+  if (import_.stream.by_event()) view();
+}
 
 const View& PyArray::view() {
-  if (!view_) {
-    // An import: the producer's default stream, if it named one, is where its work may be.
-    auto state = stream_.stream.handle != 0
-                     ? std::make_shared<sync::SyncState>(std::move(stream_.stream))
-                 : stream_.foreign_producer
-                     ? sync::SyncState::imported_without_stream(*stream_.foreign_producer)
-                     : std::make_shared<sync::SyncState>();
-    view_.emplace(ptr_, dtype_, layout_, readonly_, std::move(state), owner_.share());
-  }
+  if (!view_) view_.emplace(import_.view(owner_.share()));
   return *view_;
 }
 
 bool PyArray::has_work() const noexcept {
-  return view_ ? view_->sync()->pending() : stream_.stream.handle != 0;
+  return view_ ? view_->sync()->pending() : import_.stream.named().handle != 0;
 }
 
 std::optional<device::StreamHandle> PyArray::export_stream() {
   // An import never used since: its producer's default stream, when this thread can name it.
-  const sync::StreamRef& s = stream_.stream;
+  const sync::StreamRef& s = import_.stream.named();
   if (!view_ && !s.other_thread()) return s.handle != 0 ? std::optional(s.handle) : std::nullopt;
   return view().sync()->export_handle(device::backend());
 }
 
 std::optional<sync::StreamRef> PyArray::stream() const {
-  if (!view_) return stream_.stream.handle != 0 ? std::optional(stream_.stream) : std::nullopt;
+  const sync::StreamRef& s = import_.stream.named();
+  if (!view_) return s.handle != 0 ? std::optional(s) : std::nullopt;
   return view_->sync()->stream();
 }
 
 std::optional<device::StreamHandle> PyArray::stream_handle() const {
-  if (!view_)
-    return stream_.stream.handle != 0 ? std::optional(stream_.stream.handle) : std::nullopt;
+  const sync::StreamRef& s = import_.stream.named();
+  if (!view_) return s.handle != 0 ? std::optional(s.handle) : std::nullopt;
   return view_->sync()->stream_handle();
 }
 
@@ -229,20 +218,20 @@ const PyArray::CType& PyArray::c_type() {
   // imported again and again, build nothing.
   static auto* known = new std::vector<std::pair<DType, std::unique_ptr<const CType>>>;
   for (const auto& [t, c] : *known)
-    if (t == dtype_) return *(c_type_ = c.get());
+    if (t == import_.dtype) return *(c_type_ = c.get());
   auto c = std::make_unique<CType>();
-  if (dtype_.is_native() && !dtype_.is_structured()) {
+  if (import_.dtype.is_native() && !import_.dtype.is_structured()) {
     try {
-      c->dtype = dtype_.to_dlpack();
+      c->dtype = import_.dtype.to_dlpack();
     } catch (const Error&) {
       // No DLPack type (strings, datetimes): lanes 0 says so; the typestr names it.
     }
   }
-  const std::string s = dtype_.str();
+  const std::string s = import_.dtype.str();
   const std::size_t n = std::min(s.size(), sizeof c->typestr - 1);
   std::memcpy(c->typestr, s.data(), n);
   c_type_ = c.get();
-  known->emplace_back(dtype_, std::move(c));
+  known->emplace_back(import_.dtype, std::move(c));
   return *c_type_;
 }
 
@@ -292,10 +281,10 @@ nb::object wrap(View view, nb::object np_dtype) {
   return new_array(std::move(view), std::move(np_dtype));
 }
 
-nb::object wrap_import(std::uint64_t ptr, DType&& dtype, Layout&& layout, bool readonly,
-                       ImportOwner&& owner, ImportStream&& stream) {
-  return new_array(ptr, std::move(dtype), std::move(layout), readonly, std::move(owner),
-                   std::move(stream));
+nb::object wrap_import(std::uint64_t ptr, bool readonly, Layout&& layout, DType&& dtype,
+                       ImportStream&& stream, ImportOwner&& owner) {
+  return new_array(ptr, readonly, std::move(layout), std::move(dtype), std::move(stream),
+                   std::move(owner));
 }
 
 PyArray* as_py_array(nb::handle obj, const char* entry) {

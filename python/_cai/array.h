@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "cai/arrays/import.h"
 #include "cai/arrays/view.h"
 #include "cai/capi.h"
 #include "cai/core/dlpack.h"
@@ -58,21 +59,13 @@ class ImportOwner {
 template <class Managed>
 void release_with_gil(Managed* t) noexcept;
 
-/// What an import knows of the producer's stream, for PyArray's compact form.
-struct ImportStream {
-  /// The producer's stream when it is a default stream (1 or 2); handle 0: none.
-  sync::StreamRef stream;
-  /// Imported with the CAI v3 rules with nothing pending: the producer named no stream (0) or
-  /// an idle one (sync::SyncState::imported_without_stream).
-  std::optional<device::StreamHandle> foreign_producer;
-};
-
 /// cai.DeviceNDArray: an array's checked fields, stored inline, and its View.
 ///
 /// An array cai made (or a view of one) has its View from the start. An import keeps only
-/// the checked fields and its producer; the View, with its stream state and its owner, is
-/// built by view() when an operation first needs it, so that an import allocates nothing but
-/// the Python object (imports that name a stream to order after build it at once).
+/// its Import (cai/arrays/import.h: the checked fields and the resolved producer's stream)
+/// and its producer; the View, with its stream state and its owner, is built by Import::view
+/// when an operation first needs it, so that an import allocates nothing but the Python
+/// object (an import whose stream stands behind an event builds it at once).
 ///
 /// The garbage collector sees the Python objects it holds (tp_traverse): its caches, the
 /// producer of an import, and the Python owners of its memory and mask when this array is
@@ -83,9 +76,10 @@ class PyArray {
  public:
   /// An array made by cai, or a view of one.
   explicit PyArray(View view, nb::object np_dtype = {});
-  /// An import (its fields checked) with no stream to order after but a default stream.
-  PyArray(std::uint64_t ptr, DType&& dtype, Layout&& layout, bool readonly, ImportOwner&& owner,
-          ImportStream&& stream) noexcept;
+  /// An import, its stream resolved: the View is built at once only when an event stands
+  /// for the producer's stream.
+  PyArray(std::uint64_t ptr, bool readonly, Layout&& layout, DType&& dtype, ImportStream&& stream,
+          ImportOwner&& owner);
   PyArray(const PyArray&) = delete;
   PyArray& operator=(const PyArray&) = delete;
   /// Frees without the GIL when this array held the last reference to cai-allocated memory
@@ -93,13 +87,13 @@ class PyArray {
   /// device::set_exiting), while the Python owners are released normally.
   ~PyArray();
 
-  std::uint64_t ptr() const noexcept { return ptr_; }
-  const DType& dtype() const noexcept { return dtype_; }
-  const Layout& layout() const noexcept { return layout_; }
-  std::span<const std::int64_t> shape() const noexcept { return layout_.shape(); }
-  std::span<const std::int64_t> strides() const noexcept { return layout_.strides(); }
-  int ndim() const noexcept { return layout_.ndim(); }
-  bool readonly() const noexcept { return readonly_; }
+  std::uint64_t ptr() const noexcept { return import_.ptr; }
+  const DType& dtype() const noexcept { return import_.dtype; }
+  const Layout& layout() const noexcept { return import_.layout; }
+  std::span<const std::int64_t> shape() const noexcept { return import_.layout.shape(); }
+  std::span<const std::int64_t> strides() const noexcept { return import_.layout.strides(); }
+  int ndim() const noexcept { return import_.layout.ndim(); }
+  bool readonly() const noexcept { return import_.readonly; }
   bool masked() const noexcept { return view_ && view_->mask(); }
 
   /// The View: memory, stream state, owner and mask (built on first use for an import).
@@ -142,22 +136,19 @@ class PyArray {
  private:
   // What every call reads comes first (a few cache lines); the View, built for operations,
   // last.
-  std::uint64_t ptr_ = 0;
-  bool readonly_ = false;
+  Import import_;  ///< the fields (and an import's stream, until view_ holds it)
   const CType* c_type_ = nullptr;
-  Layout layout_;
-  DType dtype_;
-  ImportStream stream_;  ///< an import's stream, until view_ holds it
-  ImportOwner owner_;    ///< an import's owner, until view_ holds it
+  ImportOwner owner_;  ///< an import's owner, until view_ holds it
   std::optional<DLDevice> device_;
   std::optional<View> view_;
 };
 
 /// Wraps a View in a new cai.DeviceNDArray.
 nb::object wrap(View view, nb::object np_dtype = {});
-/// A new cai.DeviceNDArray for an import with no stream to order after but a default stream.
-nb::object wrap_import(std::uint64_t ptr, DType&& dtype, Layout&& layout, bool readonly,
-                       ImportOwner&& owner, ImportStream&& stream);
+/// A new cai.DeviceNDArray for an import whose stream is resolved (cai/arrays/import.h).
+/// (The fields are moved once, into the array's Import.)
+nb::object wrap_import(std::uint64_t ptr, bool readonly, Layout&& layout, DType&& dtype,
+                       ImportStream&& stream, ImportOwner&& owner);
 
 /// The DeviceNDArray inside `obj`, or nullptr if obj is not one (never throws). An instance
 /// that holds no array (made by DeviceNDArray.__new__, or cleared by the garbage collector)

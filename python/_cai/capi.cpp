@@ -160,14 +160,12 @@ int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char*
     require_size(out->size, sizeof(CaiArrayInfo), "CaiArrayInfo");
     const char* who = entry ? entry : "cai C API";
     nb::handle h(obj);
-    std::optional<device::StreamHandle> producer;
-    PyArray* ours = as_py_array(h);
-    nb::object array;
-    if (ours) {
-      array = nb::borrow(h);
-    } else {
+    // Classify -> parse.
+    PyArray* cai_array = as_py_array(h);
+    std::optional<ParsedArray> parsed;  // a foreign array's (ours: nothing to parse)
+    if (!cai_array) {
       try {
-        array = import_array(h, true, who, &producer);
+        parsed.emplace(parse_array(h, true, who));
       } catch (...) {
         // A host array is an array that does not fit (the caster's second pass says why),
         // not "no array" (nanobind's generic message).
@@ -177,27 +175,43 @@ int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char*
           PyErr_SetString(PyExc_TypeError, host_memory_message(h, who).c_str());
         return;
       }
+      if (parsed->array.is_valid()) cai_array = as_py_array(parsed->array);
     }
-    PyArray& a = ours ? *ours : *as_py_array(array);
-    if (request && fitted(a, *request, element_strides)) {
-      // The array passed this very request before: its answer is kept (the layout, dtype and
-      // flags of an array never change).
-    } else if (request) {
+    // The typed check, on the fields: a foreign array it refuses costs no driver call.
+    const Interface* f = parsed ? &parsed->fields : nullptr;  // used when !cai_array
+    std::int64_t strides[max_ndim];
+    const bool fitted_before =
+        request && cai_array && fitted(*cai_array, *request, element_strides);
+    if (request && !fitted_before) {
+      // (An array that passed this very request before keeps its answer: the layout, dtype
+      // and flags of an array never change.)
       const TypedViewSpec& spec = spec_of(*request);
-      std::int64_t strides[max_ndim];
       const TypedViewMismatch m =
-          check_typed_view(a.ptr(), a.dtype(), a.layout(), a.readonly(), a.masked(), spec, strides);
+          cai_array ? check_typed_view(cai_array->ptr(), cai_array->dtype(), cai_array->layout(),
+                                       cai_array->readonly(), cai_array->masked(), spec, strides)
+                    : check_typed_view(f->ptr, f->dtype, f->layout, f->readonly,
+                                       parsed->mask != nullptr, spec, strides);
       if (m != TypedViewMismatch::none) {
         fits = 1;
-        if (!(options & CAI_IMPORT_QUIET))
-          PyErr_SetString(PyExc_TypeError, typed_view_message(a.view(), spec, m, who).c_str());
+        if (!(options & CAI_IMPORT_QUIET)) {
+          const std::string message =
+              cai_array ? typed_view_message(cai_array->view(), spec, m, who)
+                        : typed_view_message(
+                              Import{f->ptr, f->readonly, f->layout, f->dtype}.unresolved_view(),
+                              spec, m, who);
+          PyErr_SetString(PyExc_TypeError, message.c_str());
+        }
         return;
       }
-      remember_fit(a, *request, strides, element_strides);
-    } else if (element_strides && !a.layout().try_element_strides(element_strides)) {
-      (void)a.layout().element_strides();  // throws the rule's message
+    } else if (!request && element_strides) {
+      const Layout& layout = cai_array ? cai_array->layout() : f->layout;
+      if (!layout.try_element_strides(element_strides))
+        (void)layout.element_strides();  // throws the rule's message
     }
-    if (producer) a.view().sync()->set_imported(device::backend(), *producer);
+    // Resolve -> wrap.
+    nb::object array = parsed ? std::move(*parsed).wrap() : nb::borrow(h);
+    PyArray& a = cai_array ? *cai_array : *as_py_array(array);
+    if (request && !fitted_before) remember_fit(a, *request, strides, element_strides);
     describe(a, std::move(array), *out);
   });
   return rc != 0 ? -1 : fits;

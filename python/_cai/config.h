@@ -14,6 +14,12 @@ struct Config {
 };
 Config& config();
 
+/// Whether an import orders after its producer's stream: the caller's `sync` argument and
+/// cai.config's switch. Each import reads it once, where it is classified.
+inline bool import_sync(bool asked) {
+  return asked && config().import_sync;
+}
+
 /// Counts the writes cai makes or allows to device memory (its operations, assignments, and
 /// exports of writable arrays to other libraries), so that Dask's token of an array changes
 /// when the array may have changed (python/cai/_dask_array.py). Every caller holds the GIL, so

@@ -13,9 +13,10 @@
 //
 // An import, top to bottom (import_dlpack): the tensor comes from the type's exchange table, or
 // from __dlpack__ (called with a static keyword tuple, after __dlpack_device__); the core checks
-// it (read_dlpack); a device tensor with no stream to order after, or a default stream, becomes
-// a DeviceNDArray in the compact form (the tensor is its owner); anything else (a copy, a host
-// tensor, a target device, a foreign stream) goes through a View (finish_import).
+// it (read_dlpack) and it becomes an Import (cai/arrays/import.h) with the producer's stream;
+// a device tensor taken as it is is resolved and wrapped (wrap_import: the compact form, the
+// tensor its owner); anything else (a copy, a host tensor, a target device) is resolved into a
+// View first (finish_import).
 
 #include "dlpack.h"
 
@@ -539,9 +540,9 @@ std::optional<View> onto_device(const View& v, std::int32_t device_type, int tar
   return dst;
 }
 
-View finish_import(View v, const DlpackImport& info, std::optional<bool> copy,
-                   std::optional<device::StreamHandle> producer_stream, bool sync,
-                   const char* entry, std::optional<int> target) {
+// Resolve -> View, for a tensor not taken as it is: a copy, a host tensor, a target device.
+View finish_import(Import&& imp, ImportOwner&& owner, const DlpackImport& info,
+                   std::optional<bool> copy, const char* entry, std::optional<int> target) {
   // from_dlpack() speaks DLPack (BufferError); the CAI entry points (as_cuda_array, the ops)
   // follow Numba, whose callers catch TypeError for "not a GPU array".
   const bool dlpack_entry = copy.has_value() || std::string_view(entry) == "from_dlpack()";
@@ -556,15 +557,15 @@ View finish_import(View v, const DlpackImport& info, std::optional<bool> copy,
                : target      ? "copy=False forbids the copy to the device"
                              : "pass copy=True to copy it to the device"));
     const DeviceGuard on(target ? *target : -1);
-    return host_to_device(v, library_default_stream());
+    return host_to_device(std::move(imp).view(owner.share()), library_default_stream());
   }
   if (!is_cuda_like(info.device.device_type))
     throw_error(not_on_device, std::string(entry) + ": device type " +
                                    std::to_string(info.device.device_type) +
                                    " is not CUDA memory (expected kDLCUDA, kDLCUDAHost or "
                                    "kDLCUDAManaged)");
-  if (sync && producer_stream && config().import_sync)
-    v.sync()->set_imported(device::backend(), *producer_stream);
+  imp.stream.resolve();
+  View v = std::move(imp).view(owner.share());
   if (target) {
     if (auto moved = onto_device(v, info.device.device_type, *target, copy)) return *moved;
     return v;
@@ -648,20 +649,19 @@ nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, co
   // 2. The core's checks; the owner releases the tensor if they fail.
   DlpackArray a =
       owner.versioned() ? read_dlpack(*owner.versioned()) : read_dlpack(*owner.legacy());
-  // 3. A device tensor taken as it is, on no stream or a default one: the compact form.
-  const bool order = sync && producer_stream && config().import_sync;
-  const bool named = !order || device::is_default_stream(*producer_stream);
-  if (is_cuda_like(a.info.device.device_type) && copy != true && !target_device && named) {
-    ImportStream stream;
-    if (order) stream.stream = sync::StreamRef(*producer_stream);
-    return wrap_import(a.ptr, std::move(a.dtype), std::move(a.layout), a.info.readonly,
-                       std::move(owner), std::move(stream));
+  // 3. The producer's stream, ordered after with sync (`sync` includes cai.config's switch,
+  // read once by the caller).
+  ImportStream stream =
+      sync && producer_stream ? ImportStream::producer(*producer_stream) : ImportStream::none();
+  // 4. Resolve -> wrap: a device tensor taken as it is, else through a View (a copy, a host
+  // tensor, a target device).
+  if (is_cuda_like(a.info.device.device_type) && copy != true && !target_device) {
+    stream.resolve();
+    return wrap_import(a.ptr, a.info.readonly, std::move(a.layout), std::move(a.dtype),
+                       std::move(stream), std::move(owner));
   }
-  // 4. Anything else through a View: a copy, a host tensor, a target device, a foreign stream.
-  View v(a.ptr, std::move(a.dtype), std::move(a.layout), a.info.readonly,
-         std::make_shared<sync::SyncState>(), owner.share());
-  return wrap(
-      finish_import(std::move(v), a.info, copy, producer_stream, sync, entry, target_device));
+  Import imp{a.ptr, a.info.readonly, std::move(a.layout), std::move(a.dtype), std::move(stream)};
+  return wrap(finish_import(std::move(imp), std::move(owner), a.info, copy, entry, target_device));
 }
 
 namespace {
@@ -680,10 +680,10 @@ nb::object from_dlpack_call(PyObject* const* args, Py_ssize_t nargs, PyObject* k
   PyArray* ours = as_py_array(obj, entry);
   if (device.is_none()) {
     if (ours && copy != true) return nb::borrow(obj);
-    return import_dlpack(obj, copy, true, entry);
+    return import_dlpack(obj, copy, import_sync(true), entry);
   }
   const int target = device_number(device);
-  if (!ours) return import_dlpack(obj, copy, true, entry, target);
+  if (!ours) return import_dlpack(obj, copy, import_sync(true), entry, target);
   auto moved = onto_device(ours->view(), ours->device().device_type, target, copy);
   return moved ? wrap(std::move(*moved), ours->np_dtype) : nb::borrow(obj);
 }

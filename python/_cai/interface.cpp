@@ -1,19 +1,23 @@
 // The CUDA Array Interface in Python, in both directions. Only Python types are checked here;
 // the CAI rules live in the core (validate_interface), so every message is written once.
 //
-// An import, top to bottom (import_array):
-//   1. our own arrays are taken as they are (one type check);
-//   2. the producer's __cuda_array_interface__ is read in one pass over the dict, keys matched
-//      by identity (collect); plain built-in values (exact ints, str, tuples of ints, None:
-//      reading them runs no Python code) are read in place (read_plain), anything else with
-//      strong references through the generic readers of convert.h (read_generic), which also
-//      write every message about a wrong Python type;
-//   3. the core validates the fields (validate_interface); a typestr is parsed once per
-//      distinct string (DTypeCache);
-//   4. an array with no stream to order after is stored as its checked fields (PyArray's
-//      compact form: nothing is allocated but the Python object); one whose producer names a
-//      stream, or that has a mask, becomes a View at once: the stream is imported now, since
-//      the producer may drop it afterwards.
+// An import, top to bottom: classify -> parse -> [check] -> resolve -> wrap (parse_array, then
+// ParsedArray::wrap or ::view; the C API checks the parsed fields before resolve):
+//   1. classify: our own arrays are taken as they are (one type check), cai.Array's and a host
+//      array's device view likewise; an object without the CAI goes to DLPack (import_dlpack,
+//      the same steps in dlpack.cpp); cai.config's sync switch is read here, once;
+//   2. parse: the producer's __cuda_array_interface__ is read in one pass over the dict, keys
+//      matched by identity (collect); plain built-in values (exact ints, str, tuples of ints,
+//      None: reading them runs no Python code) are read in place (read_plain), anything else
+//      with strong references through the generic readers of convert.h (read_generic), which
+//      also write every message about a wrong Python type; the core validates the fields
+//      (validate_interface; a typestr is parsed once per distinct string, DTypeCache); the
+//      result is an Import (cai/arrays/import.h): the fields and the producer's stream;
+//   3. resolve: the producer's stream, if any, is kept as sync::import_order says (the only
+//      driver call of an import: a query of a foreign stream, and an event record if busy);
+//   4. wrap: PyArray stores the Import (its compact form: nothing is allocated but the Python
+//      object; the View is built by Import::view on first use, or at once when an event stands
+//      for the stream); a masked array, or an operation's argument (ViewArg), gets its View now.
 // An export (export_interface) clones a dict of the fixed entries cached per array and sets
 // `stream`: the array's stream while work is pending, else None.
 
@@ -278,8 +282,9 @@ DTypeCache& dtype_cache() {
 }
 
 // A View of a validated dict (below).
-View view_of(Interface&& itf, std::shared_ptr<const View> mask, nb::handle owner, bool sync,
-             std::optional<device::StreamHandle>* deferred);
+// A validated dict's View: parse -> resolve -> View (a mask is imported at once, as its own
+// array). `sync`: the caller's argument and cai.config's switch, read once per import.
+View resolved_view(Interface&& itf, std::shared_ptr<const View> mask, nb::handle owner, bool sync);
 
 // The core's validation, a typestr seen before not parsed again (the descr, if any, is still
 // checked against it).
@@ -324,7 +329,7 @@ Interface read_any(const Values& x, bool sync, const char* entry, int depth,
       std::shared_ptr<const View> its_mask;
       Interface m = read_interface(md, sync, entry, depth + 1, &its_mask);
       *mask = std::make_shared<const View>(
-          view_of(std::move(m), std::move(its_mask), nb::handle(o), sync, nullptr));
+          resolved_view(std::move(m), std::move(its_mask), nb::handle(o), sync));
       mask_itf.emplace();
       mask_itf->dtype = (*mask)->dtype();
       mask_itf->layout = (*mask)->layout();
@@ -353,40 +358,29 @@ Interface read_interface(nb::handle desc, bool sync, const char* entry, int dept
   return read_any(x, sync, entry, depth, mask);
 }
 
-// Whether the producer's stream is to be ordered after.
-bool ordered(const Interface& itf, bool sync) {
-  return sync && itf.stream && config().import_sync;
+// Parse: the producer's stream of a validated dict, unresolved. The CAI v3 consumer rule:
+// with sync, a stream the producer names is ordered after, and one it does not name (None,
+// absent) is ordered after through the legacy stream.
+ImportStream stream_of(const Interface& itf, bool sync) {
+  return !sync        ? ImportStream::none()
+         : itf.stream ? ImportStream::producer(*itf.stream)
+                      : ImportStream::unnamed();
 }
 
-// Whether the producer named no stream, its later work to be ordered after ours through the
-// legacy stream (sync::SyncState::imported_without_stream).
-bool unnamed(const Interface& itf, bool sync) {
-  return sync && !itf.stream && config().import_sync;
+View resolved_view(Interface&& itf, std::shared_ptr<const View> mask, nb::handle owner, bool sync) {
+  ImportStream stream = stream_of(itf, sync);
+  return ParsedArray{nb::object(), std::move(itf), std::move(stream), owner, std::move(mask)}
+      .view();
 }
 
-// A View of a validated dict, the producer's stream kept as sync::import_order says.
-View view_of(Interface&& itf, std::shared_ptr<const View> mask, nb::handle owner, bool sync,
-             std::optional<device::StreamHandle>* deferred) {
-  const bool order = ordered(itf, sync);
-  if (order && deferred) *deferred = *itf.stream;
-  auto state = order && !deferred   ? sync::SyncState::imported(device::backend(), *itf.stream)
-               : unnamed(itf, sync) ? sync::SyncState::imported_without_stream()
-                                    : std::make_shared<sync::SyncState>();
-  View v(itf.ptr, std::move(itf.dtype), std::move(itf.layout), itf.readonly, std::move(state),
-         keep_alive(owner));
-  if (mask) v.set_mask(std::move(mask));
-  return v;
-}
-
-// cai.Array (python/cai/_tile.py) wraps a cai array: its view, not an export and import of
-// it (which would name the legacy stream for an array imported from a foreign stream).
-PyArray* tile_array(nb::handle obj) {
-  static PyObject* type = [] {
-    nb::object t = nb::module_::import_("cai._tile").attr("Array");
-    return t.release().ptr();  // kept for the process
-  }();
-  if (Py_TYPE(obj.ptr()) != reinterpret_cast<PyTypeObject*>(type)) return nullptr;
-  return as_py_array(nb::getattr(obj, "_data"));
+// An object whose type has `__cai_array__` wraps the cai array that attribute gives (cai.Array,
+// python/cai/_tile.py, does): its view, not an export and import of it (which would name the
+// legacy stream for an array imported from a foreign stream). A type lookup: no attribute error
+// for the foreign objects of every other import.
+PyArray* wrapped_array(nb::handle obj) {
+  static PyObject* const name = PyUnicode_InternFromString("__cai_array__");
+  if (_PyType_Lookup(Py_TYPE(obj.ptr()), name) == nullptr) return nullptr;
+  return as_py_array(nb::getattr(obj, name));
 }
 
 PyObject* g_host_array_type = nullptr;  // cai._mapped's base class, set when it is imported
@@ -419,80 +413,73 @@ nb::object interface_of(nb::handle obj) {
 
 }  // namespace
 
-// ----- import --------------------------------------------------------------------------------
+// ----- import: classify -> parse -> [check] -> resolve -> wrap ----------------------------------
 
-nb::object import_array(nb::handle obj, bool sync, const char* entry,
-                        std::optional<device::StreamHandle>* deferred) {
-  if (as_py_array(obj, entry)) return nb::borrow(obj);
-  if (PyArray* a = tile_array(obj)) return wrap(a->view());
-  if (nb::object dev = host_array_device_view(obj); dev.is_valid()) return dev;
-  nb::object desc = interface_of(obj);
-  if (!desc.is_valid()) {
-    // No CAI: DLPack is the other road onto the device.
-    if (has_dlpack(obj)) return import_dlpack(obj, std::nullopt, sync, entry);
-    not_a_gpu_array(obj, entry);
-  }
-  return import_interface(desc, obj, sync, entry, deferred);
+ParsedArray parse_array(nb::handle obj, bool sync, const char* entry) {
+  sync = import_sync(sync);  // the one read of cai.config's switch for this import
+  // Classify (each entry has taken its own arrays as they are first: their hot path):
+  // cai.Array's and a host array's device view; a CAI producer; else DLPack, the other road
+  // onto the device (parsed and resolved there). Each branch returns its value in place.
+  if (PyArray* a = wrapped_array(obj)) return {wrap(a->view())};
+  if (nb::object dev = host_array_device_view(obj); dev.is_valid()) return {std::move(dev)};
+  if (nb::object desc = interface_of(obj); desc.is_valid())
+    return parse_interface(desc, obj, sync, entry);
+  if (has_dlpack(obj)) return {import_dlpack(obj, std::nullopt, sync, entry)};
+  not_a_gpu_array(obj, entry);
 }
 
-nb::object import_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry,
-                            std::optional<device::StreamHandle>* deferred) {
+ParsedArray parse_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry) {
   std::shared_ptr<const View> mask;
-  Interface itf = read_interface(desc, sync, entry, 0, &mask);
-  if (mask) return wrap(view_of(std::move(itf), std::move(mask), owner, sync, nullptr));
-  ImportStream stream;
-  if (unnamed(itf, sync)) stream.foreign_producer = 0;
-  if (ordered(itf, sync)) {
-    const device::StreamHandle producer = *itf.stream;
-    if (deferred && !device::is_default_stream(producer)) {
-      *deferred = producer;  // the caller imports it once it keeps the array
-    } else {
-      const auto how = sync::import_order(device::backend(), producer);
-      if (how == sync::ImportOrder::by_event) {
-        auto state = sync::SyncState::imported(device::backend(), producer, how);
-        return wrap(View(itf.ptr, std::move(itf.dtype), std::move(itf.layout), itf.readonly,
-                         std::move(state), keep_alive(owner)));
-      }
-      if (how == sync::ImportOrder::by_name)
-        stream.stream = sync::StreamRef(producer);
-      else
-        stream.foreign_producer = producer;  // idle: nothing pending
-    }
-  }
-  return wrap_import(itf.ptr, std::move(itf.dtype), std::move(itf.layout), itf.readonly,
-                     ImportOwner::python(owner), std::move(stream));
+  // The fields built in place (braced: the dict is read before the mask is taken).
+  ParsedArray parsed{nb::object(), read_interface(desc, sync, entry, 0, &mask)};
+  parsed.stream = stream_of(parsed.fields, sync);
+  parsed.owner = owner;
+  parsed.mask = std::move(mask);
+  return parsed;
 }
 
-View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry,
-                         std::optional<device::StreamHandle>* deferred) {
-  std::shared_ptr<const View> mask;
-  Interface itf = read_interface(desc, sync, entry, 0, &mask);
-  return view_of(std::move(itf), std::move(mask), owner, sync, deferred);
+nb::object ParsedArray::wrap() && {
+  if (array.is_valid()) return std::move(array);
+  if (mask) return python::wrap(std::move(*this).view());
+  stream.resolve();
+  return wrap_import(fields.ptr, fields.readonly, std::move(fields.layout), std::move(fields.dtype),
+                     std::move(stream), ImportOwner::python(owner));
 }
 
-ViewArg::ViewArg(nb::handle obj, bool sync, const char* entry,
-                 std::optional<device::StreamHandle>* deferred) {
-  if ((ours_ = as_py_array(obj, entry)) != nullptr) {
+View ParsedArray::view() && {
+  stream.resolve();
+  View v = Import{fields.ptr, fields.readonly, std::move(fields.layout), std::move(fields.dtype),
+                  std::move(stream)}
+               .view(keep_alive(owner));
+  if (mask) v.set_mask(std::move(mask));
+  return v;
+}
+
+nb::object import_array(nb::handle obj, bool sync, const char* entry) {
+  if (as_py_array(obj, entry)) return nb::borrow(obj);  // ours, as it is
+  return parse_array(obj, sync, entry).wrap();
+}
+
+nb::object import_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry) {
+  return parse_interface(desc, owner, import_sync(sync), entry).wrap();
+}
+
+View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry) {
+  return parse_interface(desc, owner, import_sync(sync), entry).view();
+}
+
+ViewArg::ViewArg(nb::handle obj, bool sync, const char* entry) {
+  if ((ours_ = as_py_array(obj, entry)) != nullptr) {  // the usual case: nothing to parse
     view_ = &ours_->view();
     return;
   }
-  if (PyArray* a = tile_array(obj)) {
-    view_ = &a->view();
-    return;
-  }
-  if ((held_ = host_array_device_view(obj)).is_valid()) {
-    view_ = &as_py_array(held_)->view();
-    return;
-  }
-  nb::object desc = interface_of(obj);
-  if (desc.is_valid()) {
-    imported_.emplace(view_from_interface(desc, obj, sync, entry, deferred));
-    view_ = &*imported_;
-  } else if (has_dlpack(obj)) {
-    held_ = import_dlpack(obj, std::nullopt, sync, entry);
+  ParsedArray parsed = parse_array(obj, sync, entry);
+  if (parsed.array.is_valid()) {
+    held_ = std::move(parsed.array);
     view_ = &as_py_array(held_)->view();
   } else {
-    not_a_gpu_array(obj, entry);
+    imported_.emplace(std::move(parsed).view());
+    view_ = &*imported_;
   }
 }
 

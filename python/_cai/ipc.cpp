@@ -15,6 +15,7 @@
 #include "cai/arrays/ipc.h"
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
+#include "convert.h"
 #include "gil.h"
 #include "streams.h"
 
@@ -247,6 +248,50 @@ void bind_ipc(nb::module_& m) {
                " dtype=" + std::string(nb::str(h.np_dtype).c_str()) + " from process " +
                std::to_string(h.handle.owner_pid) + ", " + state + ">";
       });
+  cls.def_prop_ro(
+      "handle",
+      [](const PyIpcHandle& h) -> nb::object {
+        if (!h.handle.has_memory) return nb::none();
+        return to_bytes(h.handle.memory.bytes.data(), h.handle.memory.bytes.size());
+      },
+      nb::sig("def handle(self) -> bytes | None"),
+      "The driver's handle of the shared allocation (a CUipcMemHandle's 64 bytes; None for "
+      "an empty array), for a consumer that opens it itself (cai.open_ipc_array, Numba's "
+      "open_ipc_array, CuPy's ipcOpenMemHandle). Such a consumer holds no reference: the "
+      "exporter must keep the array alive while it is used.");
+  m.def(
+      "_open_ipc_memory",
+      exit_safe([](nb::bytes handle, nb::handle shape, nb::handle dtype, nb::handle strides,
+                   std::int64_t offset) {
+        constexpr const char* entry = "open_ipc_array()";
+        device::IpcMemoryHandle raw;
+        if (handle.size() != raw.bytes.size()) {
+          throw_error(Errc::value_error, std::string(entry) + ": handle must be the " +
+                                             std::to_string(raw.bytes.size()) +
+                                             " bytes of a CUipcMemHandle, got " +
+                                             std::to_string(handle.size()) + " bytes");
+        }
+        std::memcpy(raw.bytes.data(), handle.c_str(), raw.bytes.size());
+        if (offset < 0) {
+          throw_error(Errc::value_error,
+                      std::string(entry) + ": offset must be >= 0, got " + std::to_string(offset));
+        }
+        const Dims dims = read_dims(shape, "shape", DimsForm::argument);
+        nb::object dt = numpy_module().attr("dtype")(dtype);
+        DType t = dtype_from_numpy(dt, entry);
+        Layout layout =
+            strides.is_none()
+                ? Layout::c_contiguous(dims, t.itemsize())
+                : Layout(dims, read_dims(strides, "strides", DimsForm::argument), t.itemsize());
+        View v = ipc_open_driver_handle(raw, std::move(t), std::move(layout),
+                                        static_cast<std::uint64_t>(offset), false);
+        return wrap(std::move(v), dt);
+      }),
+      nb::arg("handle"), nb::arg("shape").none(), nb::arg("dtype"), nb::arg("strides").none(),
+      nb::arg("offset"),
+      nb::sig("def _open_ipc_memory(handle: bytes, shape: object, dtype: object, strides: object, "
+              "offset: int) -> DeviceNDArray"),
+      "cai.open_ipc_array's mapping of a driver IPC handle (ipc_open_driver_handle).");
   m.def("_ipc_handle", &handle_from_fields, nb::sig("def _ipc_handle(*args: object) -> IpcHandle"),
         "Rebuilds a pickled cai.IpcHandle.");
 

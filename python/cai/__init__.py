@@ -70,6 +70,7 @@ from ._numba_api import (  # Numba's host API (docs/python.md, "Numba's host API
     list_devices,
     mapped,
     mapped_array_like,
+    open_ipc_array,
     pinned_array_like,
     profile_start,
     profile_stop,
@@ -96,7 +97,8 @@ __all__ = [
     "pinned_array", "pinned",
     "set_allocator", "get_allocator",
     "close", "current_context", "defer_cleanup", "event_elapsed_time", "get_current_device",
-    "is_available", "list_devices", "mapped", "mapped_array_like", "pinned_array_like",
+    "is_available", "list_devices", "mapped", "mapped_array_like", "open_ipc_array",
+    "pinned_array_like",
     "profile_start", "profile_stop", "profiling", "HostFallbackWarning",
 ]
 

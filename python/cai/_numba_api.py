@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import operator
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -164,6 +165,31 @@ def mapped(*arylist: Any, stream: Any = 0) -> Iterator[Any]:
         finally:
             for v in views:
                 v.synchronize()  # the memory goes back to pageable after the block
+
+
+@contextlib.contextmanager
+def open_ipc_array(handle: Any, shape: Any, dtype: Any, strides: Any = None,
+                   offset: int = 0) -> Iterator[DeviceNDArray]:
+    """Numba's open_ipc_array: maps memory another process shared with the driver's own IPC
+    handle (a CUipcMemHandle: its 64 bytes, a sequence of 64 ints, or an object with
+    `.reserved`, as cuda-bindings gives) as a device array of `shape` and `dtype` (C order
+    unless `strides`), `offset` bytes into the shared memory. The array must lie inside what
+    the driver maps (else ValueError). As with the driver's IPC, the exporter keeps the memory
+    alive and its work complete meanwhile. The mapping is closed when the array and its views
+    are gone (Numba closes it at the end of the block, leaving such arrays dangling)."""
+    if hasattr(handle, "reserved"):
+        handle = handle.reserved
+    try:
+        raw = bytes(handle)
+    except (TypeError, ValueError) as e:
+        raise TypeError("open_ipc_array(): handle must be the 64 bytes of a CUipcMemHandle "
+                        f"(bytes, a sequence of ints, or an object with .reserved), got "
+                        f"{type(handle).__name__}") from e
+    arr = _cai._open_ipc_memory(raw, shape, dtype, strides, operator.index(offset))
+    try:
+        yield arr
+    finally:
+        del arr
 
 
 def _mapped_view(ary: Any, stream: Any) -> DeviceNDArray:

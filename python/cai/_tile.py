@@ -49,6 +49,12 @@ class Array:
             raise ValueError(f"Array: {e}; a global array's strides count elements") from None
 
     @property
+    def __cai_array__(self) -> _cai.DeviceNDArray:
+        """The cai array this wraps: cai's imports take its view as it is (its stream state
+        included) rather than exporting and importing it again."""
+        return self._data
+
+    @property
     def dtype(self) -> numpy.dtype[Any]:
         return self._data.dtype
 

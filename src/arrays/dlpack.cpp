@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 
+#include "cai/arrays/import.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
@@ -128,8 +129,9 @@ DlpackArray read_tensor(const DLTensor& t, DlpackImport info, bool padded, const
 }
 
 View view_of(DlpackArray&& a, std::shared_ptr<const void> owner) {
-  return View(a.ptr, std::move(a.dtype), std::move(a.layout), a.info.readonly,
-              std::make_shared<sync::SyncState>(), std::move(owner));
+  // No stream: ordering is the caller's.
+  return Import{a.ptr, a.info.readonly, std::move(a.layout), std::move(a.dtype)}.view(
+      std::move(owner));
 }
 
 template <class Managed>

@@ -4,6 +4,7 @@
 
 #include "cai/core/dims.h"
 #include "cai/core/error.h"
+#include "cai/core/format.h"
 
 namespace cai {
 
@@ -66,12 +67,9 @@ std::string typed_view_message(const View& v, const TypedViewSpec& spec, TypedVi
              "the array has a mask, which a typed view does not carry; add cai::allow_mask "
              "to a cai::nb::array to accept it (as_array_ref() never does: read the mask "
              "separately and convert a copy of the View without it)";
-    case TypedViewMismatch::alignment: {
-      char address[2 + 16 + 1];
-      std::snprintf(address, sizeof address, "0x%llx", static_cast<unsigned long long>(v.ptr()));
-      return out + "the data pointer " + address + " is not aligned to " +
+    case TypedViewMismatch::alignment:
+      return out + "the data pointer " + detail::hex(v.ptr()) + " is not aligned to " +
              std::to_string(spec.alignment) + " bytes, the alignment of the element type";
-    }
     case TypedViewMismatch::strides:
       try {
         (void)v.layout().element_strides();

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "cai/core/error.h"
+#include "cai/core/format.h"
 
 namespace cai {
 
@@ -17,12 +18,6 @@ namespace {
 std::mutex g_allocator_mu;
 std::shared_ptr<Allocator> g_allocator;
 std::atomic<bool> g_has_allocator{false};
-
-std::string hex_of(std::uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 }  // namespace
 
@@ -57,7 +52,7 @@ DeviceBuffer::DeviceBuffer(device::MemoryKind kind, std::size_t bytes, sync::Str
     throw_error(Errc::value_error, "the allocator's allocate(" + std::to_string(bytes) +
                                        " bytes, device " + std::to_string(device_) + ", " +
                                        device::stream_text(stream_.handle) + ") returned " +
-                                       hex_of(ptr_) + ", not memory a kernel on device " +
+                                       detail::hex(ptr_) + ", not memory a kernel on device " +
                                        std::to_string(device_) + " can use for " +
                                        std::to_string(bytes) + " bytes: " + e.what());
   }

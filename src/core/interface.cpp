@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "cai/core/error.h"
+#include "cai/core/format.h"
 
 namespace cai {
 
@@ -17,11 +18,7 @@ using std::to_string;
   throw_error(code, std::move(message));
 }
 
-std::string hex(std::uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
+using detail::hex;
 
 void require(bool present, const char* key) {
   if (!present) {

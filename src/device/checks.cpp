@@ -1,11 +1,11 @@
-#include "device/checks.h"
+#include "checks.h"
 
 #include <cstdio>
 #include <string>
 
 #include "cai/core/error.h"
 #include "cai/core/interface.h"
-#include "device/kernels/elementwise.h"
+#include "kernels/elementwise.h"
 
 namespace cai::device::detail {
 
@@ -28,18 +28,6 @@ constexpr bool kSupported[elementwise_op_count][element_type_count] = {
 #undef CAI_SUPPORTED_OP
 
 }  // namespace
-
-std::string hex(std::uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-std::string range_text(const ByteRange& r) {
-  std::string s = "[";  // built by appending: GCC 12 warns falsely on "[" + string
-  s.append(hex(r.lo)).append("+").append(std::to_string(r.size())).append(")");
-  return s;
-}
 
 void check_stream_handle(StreamHandle s, std::string_view where) {
   if (s == 0) {

@@ -11,9 +11,10 @@
 #include <string>
 #include <string_view>
 
+#include "cai/core/format.h"
 #include "cai/core/strided.h"
 #include "cai/device/backend.h"
-#include "device/kernels/launch.h"
+#include "kernels/launch.h"
 
 namespace cai::device::detail {
 
@@ -47,9 +48,10 @@ std::array<ByteRange, CAI_KERNEL_MAX_OPERANDS> check_elementwise(std::string_vie
                                                                  ElementwiseOp op, ElementType type,
                                                                  std::span<const Operand> operands);
 
-/// "0x7f12..." for messages.
-std::string hex(std::uint64_t v);
+using cai::detail::hex;
 /// "[0x7f12...+64)" for messages.
-std::string range_text(const ByteRange& r);
+inline std::string range_text(const ByteRange& r) {
+  return cai::detail::range_text(r.lo, r.size());
+}
 
 }  // namespace cai::device::detail

@@ -213,31 +213,85 @@ void SyncState::set_imported(device::Backend& backend, StreamHandle producer, Im
   auto ev =
       how == ImportOrder::by_event ? std::make_shared<ImportEvent>(backend, producer) : nullptr;
   std::lock_guard lock(mutex_);
-  stream_.reset();
-  device_ = -1;
-  event_ = std::move(ev);
-  if (event_) {
-    foreign_producer_.reset();  // the event knows it
-    mark_work();                // the producer's work
+  if (ev) {
+    where_ = BehindEvent{std::move(ev)};  // the event knows the producer
+    mark_work();                          // the producer's work
   } else {
-    foreign_producer_ = producer;
+    where_ = ImportedIdle{producer};
     work_.store(0);  // complete: the query ordered the host after it
   }
 }
 
 std::shared_ptr<SyncState> SyncState::imported_without_stream(StreamHandle producer) {
   auto state = std::make_shared<SyncState>();
-  state->foreign_producer_ = producer;
+  state->where_ = ImportedIdle{producer};
   return state;
 }
 
 void SyncState::set_stream(std::optional<StreamRef> s) {
   std::lock_guard lock(mutex_);
-  stream_ = std::move(s);
-  device_ = -1;
-  event_.reset();
-  foreign_producer_.reset();
-  if (stream_) mark_work();
+  if (s) {
+    where_ = OnStream{std::move(*s)};
+    mark_work();
+  } else {
+    where_ = NoStream{};
+  }
+}
+
+SyncState::Snapshot SyncState::snapshot() const {
+  Snapshot out;
+  std::lock_guard lock(mutex_);
+  if (const auto* on = std::get_if<OnStream>(&where_)) {
+    out.stream = on->stream;
+    out.device = on->device;
+  } else if (const auto* behind = std::get_if<BehindEvent>(&where_)) {
+    out.event = behind->event;
+  }
+  return out;
+}
+
+SyncState::Snapshot SyncState::snapshot_for_order() const {
+  Snapshot out;
+  std::lock_guard lock(mutex_);
+  if (const auto* on = std::get_if<OnStream>(&where_)) {
+    out.stream.emplace();
+    out.stream->handle = on->stream.handle;
+    out.stream->thread = on->stream.thread;
+    out.device = on->device;
+  } else if (const auto* behind = std::get_if<BehindEvent>(&where_)) {
+    out.event = behind->event;
+  }
+  return out;
+}
+
+SyncState::AfterWork SyncState::move_after_work(const StreamRef& work, int work_device) {
+  AfterWork after;
+  if (auto* on = std::get_if<OnStream>(&where_)) {
+    const bool other_device = work_device >= 0 && on->device >= 0 && on->device != work_device;
+    if (!other_device) {
+      if (on->stream.same_stream(work)) {
+        on->device = work_device;
+      } else {
+        after.kept = on->stream.key();
+      }
+      return after;
+    }
+    // A default stream of another device: the data adopts the work stream, which the order
+    // made wait for it.
+  } else if (const auto* behind = std::get_if<BehindEvent>(&where_)) {
+    after.foreign = behind->event->producer();
+  } else if (const auto* idle = std::get_if<ImportedIdle>(&where_)) {
+    after.foreign = idle->producer;
+  }
+  // No stream, or one cai cannot trust to be alive: the data adopts the work stream.
+  where_ = OnStream{work, work_device};
+  return after;
+}
+
+void SyncState::adopt(const StreamRef& work, int work_device) noexcept {
+  std::lock_guard lock(mutex_);
+  mark_work();
+  where_ = OnStream{work, work_device};
 }
 
 bool SyncState::pending() const noexcept {
@@ -259,7 +313,8 @@ void SyncState::complete_through(std::uint64_t clock) noexcept {
 void SyncState::host_waited(StreamHandle waited, std::uint64_t clock) noexcept {
   {
     std::lock_guard lock(mutex_);
-    if (!stream_ || event_ || !stream_->same_stream(StreamRef(waited))) return;
+    const auto* on = std::get_if<OnStream>(&where_);
+    if (!on || !on->stream.same_stream(StreamRef(waited))) return;
   }
   complete_through(clock);
 }
@@ -267,15 +322,7 @@ void SyncState::host_waited(StreamHandle waited, std::uint64_t clock) noexcept {
 void SyncState::order_before(device::Backend& backend, const StreamRef& waiter, int state_device,
                              int waiter_device) const {
   if (!pending()) return;  // the host waited for all of it
-  std::optional<StreamRef> s;
-  std::shared_ptr<ImportEvent> ev;
-  int device = -1;
-  {
-    std::lock_guard lock(mutex_);
-    s = stream_;
-    ev = event_;
-    device = device_;
-  }
+  const auto [s, device, ev] = snapshot();
   if (s && device >= 0 && state_device < 0) {
     // A default stream of a known device: the waiter's device may be another.
     state_device = device;
@@ -295,40 +342,32 @@ void SyncState::order_before(device::Backend& backend, const StreamRef& waiter, 
 std::optional<StreamHandle> SyncState::export_handle(device::Backend& backend) {
   if (!pending()) return std::nullopt;  // the host waited for all of it: nothing to order
   std::lock_guard lock(mutex_);
-  if (event_) {
+  if (const auto* behind = std::get_if<BehindEvent>(&where_)) {
     // The producer's stream may be gone: the legacy stream, after the import's event.
-    wait_for_event(backend, kLegacyDefaultStream, event_->event());
-    stream_ = StreamRef(kLegacyDefaultStream);
-    event_.reset();
-  } else if (stream_ && stream_->other_thread()) {
+    wait_for_event(backend, kLegacyDefaultStream, behind->event->event());
+    where_ = OnStream{StreamRef(kLegacyDefaultStream)};
+  }
+  auto* on = std::get_if<OnStream>(&where_);
+  if (!on) return std::nullopt;
+  if (on->stream.other_thread()) {
     // Another thread's per-thread default stream: an event record on the legacy stream is
     // work there, ordered after it, so that synchronizing the legacy stream covers it.
     backend.event_record(scratch_event(backend, device_of_stream(backend, kLegacyDefaultStream)),
                          kLegacyDefaultStream);
-    stream_ = StreamRef(kLegacyDefaultStream);
-  } else if (stream_ && device_ >= 0 && device_ != backend.current_device()) {
+    on->stream = StreamRef(kLegacyDefaultStream);
+  } else if (on->device >= 0 && on->device != backend.current_device()) {
     // A default stream of another device: the consumer names this device's, ordered after it.
     const StreamRef here(kLegacyDefaultStream);
-    wait_for(backend, *stream_, device_, here, backend.current_device());
-    stream_ = here;
-    device_ = backend.current_device();
+    wait_for(backend, on->stream, on->device, here, backend.current_device());
+    *on = OnStream{here, backend.current_device()};
   }
-  if (!stream_) return std::nullopt;
-  return stream_->handle;
+  return on->stream.handle;
 }
 
 void SyncState::synchronize(device::Backend& backend) {
   if (!pending()) return;
   const std::uint64_t clock = work_clock();
-  std::optional<StreamRef> s;
-  std::shared_ptr<ImportEvent> ev;
-  int device = -1;
-  {
-    std::lock_guard lock(mutex_);
-    s = stream_;
-    ev = event_;
-    device = device_;
-  }
+  const auto [s, device, ev] = snapshot();
   const device::DeviceGuard on(backend, device);  // a default stream of that device
   if (ev) {
     backend.event_synchronize(ev->event());
@@ -344,15 +383,7 @@ void SyncState::synchronize(device::Backend& backend) {
 
 bool SyncState::busy(device::Backend& backend) const {
   if (!pending()) return false;
-  std::optional<StreamRef> s;
-  std::shared_ptr<ImportEvent> ev;
-  int device = -1;
-  {
-    std::lock_guard lock(mutex_);
-    s = stream_;
-    ev = event_;
-    device = device_;
-  }
+  const auto [s, device, ev] = snapshot();
   if (ev) return !backend.event_query(ev->event());
   if (!s) return false;
   if (s->other_thread()) return true;  // another thread's stream: assume work
@@ -373,19 +404,9 @@ StreamOrder::StreamOrder(device::Backend& backend, StreamRef work)
 void StreamOrder::add(SyncState& state) {
   if (states_.any_of([&](SyncState* s) { return s == &state; })) return;
   // The producer's stream by handle and thread only: its owner is the state's to keep.
-  std::optional<StreamRef> producer;
-  std::shared_ptr<ImportEvent> ev;
-  int other_device = -1;  // the state's device, when it is another than the work's
-  {
-    std::lock_guard lock(state.mutex_);
-    if (state.stream_) {
-      producer.emplace();
-      producer->handle = state.stream_->handle;
-      producer->thread = state.stream_->thread;
-    }
-    if (state.event_) ev = state.event_;
-    if (on_other_device(state)) other_device = state.device_;
-  }
+  const auto [producer, device, ev] = state.snapshot_for_order();
+  // The state's device, when it is another than the work's.
+  const int other_device = work_device_ >= 0 && device >= 0 && device != work_device_ ? device : -1;
   if (ev) {
     // Work on the producer's own stream needs no wait (the stream is alive: it is used).
     if (ev->producer() != work_.handle) wait_for_event(backend_, work_.handle, ev->event());
@@ -407,69 +428,46 @@ void StreamOrder::add(SyncState& state) {
 void StreamOrder::finish() {
   detail::SmallVector<StreamRef::Key, 4> done;
   EventHandle ev = 0;
+  // The work stream's event, recorded once for every wait of this order.
+  const auto work_event = [&] {
+    if (ev == 0) {
+      ev = scratch_event(backend_, device_of_stream(backend_, work_.handle));
+      backend_.event_record(ev, work_.handle);
+    }
+    return ev;
+  };
   bool legacy_waited = false;
   std::size_t i = 0;
   try {
     for (; i < states_.size(); ++i) {
-      SyncState* state = states_[i];
-      std::lock_guard lock(state->mutex_);
-      state->mark_work();
-      const std::optional<StreamHandle> foreign =
-          state->event_ ? std::optional(state->event_->producer())
-                        : (state->stream_ ? std::nullopt : state->foreign_producer_);
-      if (foreign && *foreign != work_.handle && !legacy_waited &&
-          work_.handle != kLegacyDefaultStream) {
-        // A producer's stream cai cannot trust to be alive gets no wait, and data imported
-        // with nothing pending names none (or one that was idle): the legacy stream waits,
-        // which orders the producer's later work after this work when its stream is blocking
-        // (docs/architecture.md, "Foreign streams").
-        if (ev == 0) {
-          ev = scratch_event(backend_, device_of_stream(backend_, work_.handle));
-          backend_.event_record(ev, work_.handle);
+      states_[i]->after_work(work_, work_device_, [&](const SyncState::AfterWork& after) {
+        if (after.foreign && *after.foreign != work_.handle && !legacy_waited &&
+            work_.handle != kLegacyDefaultStream) {
+          // A producer's stream cai cannot trust to be alive gets no wait, and data imported
+          // with nothing pending names none (or one that was idle): the legacy stream waits,
+          // which orders the producer's later work after this work when its stream is blocking
+          // (docs/architecture.md, "Foreign streams").
+          backend_.stream_wait_event(kLegacyDefaultStream, work_event());
+          trace_wait(kLegacyDefaultStream, work_.handle);
+          legacy_waited = true;
         }
-        backend_.stream_wait_event(kLegacyDefaultStream, ev);
-        trace_wait(kLegacyDefaultStream, work_.handle);
-        legacy_waited = true;
-      }
-      if (!state->stream_ || state->event_ || on_other_device(*state)) {
-        // No stream, one cai cannot trust to be alive, or a default stream of another device:
-        // the data adopts the work stream, which add() ordered after it.
-        state->stream_ = work_;
-        state->device_ = work_device_;
-        state->event_.reset();
-        state->foreign_producer_.reset();
-        continue;
-      }
-      StreamRef producer;
-      producer.handle = state->stream_->handle;
-      producer.thread = state->stream_->thread;
-      if (producer.same_stream(work_)) state->device_ = work_device_;
-      if (producer.same_stream(work_) ||
-          done.any_of([&](const StreamRef::Key& s) { return s == producer.key(); }))
-        continue;
-      const StreamHandle target = reachable(producer);
-      if (target == kLegacyDefaultStream && work_.handle == kLegacyDefaultStream) continue;
-      if (ev == 0) {
-        ev = scratch_event(backend_, device_of_stream(backend_, work_.handle));
-        backend_.event_record(ev, work_.handle);
-      }
-      backend_.stream_wait_event(target, ev);
-      trace_wait(target, work_.handle);
-      done.push_back(producer.key());
+        if (!after.kept || done.any_of([&](const StreamRef::Key& s) { return s == *after.kept; }))
+          return;
+        StreamRef producer;
+        producer.handle = after.kept->handle;
+        producer.thread = after.kept->thread;
+        const StreamHandle target = reachable(producer);
+        if (target == kLegacyDefaultStream && work_.handle == kLegacyDefaultStream) return;
+        backend_.stream_wait_event(target, work_event());
+        trace_wait(target, work_.handle);
+        done.push_back(*after.kept);
+      });
     }
   } catch (...) {
     // The work is enqueued whatever failed here. add() ordered it after all the data's
     // earlier work, so the data not yet ordered adopts the work stream: later work on the
     // data waits for it (never races), and the error reaches the caller.
-    for (; i < states_.size(); ++i) {
-      SyncState* state = states_[i];
-      std::lock_guard lock(state->mutex_);
-      state->mark_work();
-      state->stream_ = work_;
-      state->device_ = work_device_;
-      state->event_.reset();
-      state->foreign_producer_.reset();
-    }
+    for (; i < states_.size(); ++i) states_[i]->adopt(work_, work_device_);
     states_.clear();
     waited_.clear();
     throw;

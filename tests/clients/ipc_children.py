@@ -19,3 +19,21 @@ def numba_reads_a_cai_export(handle, queue):
     opened = handle.open()
     queue.put(np.asarray(opened.copy_to_host()).tolist())
     handle.close()
+
+
+def cai_fills_a_raw_numba_handle(raw, offset, value):
+    """A cai process: opens the driver handle inside numba's IPC handle with
+    cai.open_ipc_array (Numba's signature) and writes through it."""
+    import cai
+
+    with cai.open_ipc_array(raw, (32,), np.float32, offset=offset) as c:
+        cai.ops.fill(c, value)
+        c.synchronize()
+
+
+def numba_reads_a_raw_cai_handle(raw, offset, queue):
+    """A numba process: opens cai's IpcHandle.handle with numba's own open_ipc_array."""
+    from numba import cuda
+
+    with cuda.open_ipc_array(raw, (20,), np.int32, offset=offset) as d:
+        queue.put(d.copy_to_host().tolist())

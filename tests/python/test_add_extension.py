@@ -249,3 +249,33 @@ def test_extension_kernels_run_on_their_arrays_device():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "refused", r.stdout + r.stderr
+
+
+def test_extension_kernels_refuse_registered_memory_they_would_reach_at_another_address():
+    # On a device whose CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM is 0, page-locked memory has
+    # another device address (cuMemHostGetDevicePointer); an extension's kernel is given the
+    # host address, so the C API refuses such an operand instead of letting the kernel miss it.
+    code = textwrap.dedent(f"""
+        import ctypes, sys, numpy as np, cai
+        sys.path.insert(0, {str(extensions.directory("_add_ext"))!r})
+        import _add_ext
+        cai.synchronize()  # the backend has loaded the simulated driver: the library below
+        sim = ctypes.CDLL(cai.sim.driver_path())
+        assert sim.caiSimSetDeviceAttribute(0, 91, 0) == 0  # CAN_USE_HOST_POINTER_..._MEM
+        h = np.ones(1024, np.float32)
+        out = cai.device_array(1024, dtype=np.float32)
+        ones = cai.to_device(h)
+        cai.ops.add(ones, ones, out)  # cai's own kernels translate: no refusal
+        with cai.mapped(h) as d:
+            cai.ops.add(d, d, out)
+            np.testing.assert_array_equal(out.copy_to_host(), 2 * h)
+            try:
+                _add_ext.add(d, ones, out)
+            except cai.DeviceError as e:
+                assert "REGISTERED_MEM is 0" in str(e) and "array 0" in str(e), str(e)
+                print("refused")
+    """)
+    env = dict(os.environ, CAI_BACKEND="sim")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "refused", r.stdout + r.stderr

@@ -491,3 +491,67 @@ def test_each_shared_view_carries_its_own_stream_ordering(child):
     assert child.recv()[0] == "opened"
     np.testing.assert_array_equal(values_of(child, "x"), np.full(512, 5.0))
     del second
+
+
+# Numba's open_ipc_array: a driver IPC handle (CuPy's ipcGetMemHandle, Numba's, IpcHandle.handle)
+# opened with the shape and dtype the user says; the array must lie inside the mapping.
+RAW_OPEN = """
+import gc, cai, numpy as np
+raw = bytes.fromhex({hex!r})
+calls = lambda name: cai.sim.driver_calls().get(name, 0)
+with cai.open_ipc_array(raw, (3, 4), np.float32, offset={offset}) as d:
+    print(d.copy_to_host().tolist())
+    cai.ops.fill(d, 5)
+    d.synchronize()
+with cai.open_ipc_array(tuple(raw), (4, 3), "f4", strides=(4, 16), offset={offset}) as t:
+    print(t.copy_to_host()[:, 0].tolist())
+del d, t
+gc.collect()
+cai.close()  # waits for the deferred unmaps
+print("mappings", calls("cuIpcOpenMemHandle"), calls("cuIpcCloseMemHandle"))
+for args in [((1 << 20,), np.float32, None, 0), ((4,), np.float32, None, 1 << 21),
+             ((4,), np.float32, (-4,), 0)]:
+    try:
+        with cai.open_ipc_array(raw, *args):
+            pass
+    except ValueError as e:
+        print("refused", "reaches outside" in str(e))
+print("mappings", calls("cuIpcOpenMemHandle"), calls("cuIpcCloseMemHandle") + 0)
+for bad in [raw[:10], object()]:
+    try:
+        with cai.open_ipc_array(bad, (1,), np.float32):
+            pass
+    except (TypeError, ValueError) as e:
+        print(type(e).__name__, "CUipcMemHandle" in str(e))
+try:
+    with cai.open_ipc_array(bytes(64), (1,), np.float32):
+        pass
+except cai.DeviceError as e:
+    print("DeviceError", "cuIpcOpenMemHandle" in str(e))
+"""
+
+
+def test_open_ipc_array_maps_a_driver_handle_with_the_callers_shape():
+    from scale_helpers import run_python
+
+    base = np.arange(40, dtype=np.float32)
+    a = cai.to_device(base)
+    v = a[4:16].reshape(3, 4)
+    h = v.get_ipc_handle()
+    assert len(h.handle) == 64 and h.offset == 16
+    r = run_python(RAW_OPEN.format(hex=h.handle.hex(), offset=h.offset))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == str(base[4:16].reshape(3, 4).tolist())
+    assert lines[1] == "[5.0, 5.0, 5.0, 5.0]"  # column 0 of the F-order view, after the fill
+    # Each opening closed its mapping once its arrays were gone; refused ones at once.
+    assert lines[2] == "mappings 2 2"
+    assert lines[3:6] == ["refused True"] * 3
+    assert lines[6] == "mappings 5 5"
+    assert lines[7:] == ["ValueError True", "TypeError True", "DeviceError True"]
+    # The importer wrote into the exporter's memory (no copy).
+    expected = base.copy()
+    expected[4:16] = 5
+    np.testing.assert_array_equal(a.copy_to_host(), expected)
+    assert cai.IpcHandle.handle.__doc__
+    assert cai.to_device(np.ones(0)).get_ipc_handle().handle is None

@@ -70,6 +70,16 @@ IpcArrayHandle ipc_issue_ticket(const IpcArrayHandle& h);
 /// exited, a device that is not visible here.
 View ipc_open(const IpcArrayHandle& h, const sync::StreamRef& stream);
 
+/// Maps memory another process shared with the driver's own handle (a CUipcMemHandle of
+/// cuIpcGetMemHandle, as Numba's and CuPy's exports give) on the current device, as an array
+/// of `dtype` and `layout` whose element (0, ..., 0) is `offset` bytes into the shared memory.
+/// The handle says nothing else: the array must lie inside what the driver mapped (else
+/// Error(value_error), after the mapping is closed again); the exporter keeps its memory alive
+/// and its work complete, as the driver's IPC requires. The mapping is closed when the last view
+/// goes. The data imports as a producer that named no stream (SyncState::ImportedIdle).
+View ipc_open_driver_handle(const device::IpcMemoryHandle& handle, DType dtype, Layout layout,
+                            std::uint64_t offset, bool readonly);
+
 /// Gives back the reference of a handle that will never be opened (never throws).
 void ipc_discard(const IpcArrayHandle& h) noexcept;
 

@@ -151,8 +151,10 @@ class Backend {
   void host_register(std::uint64_t ptr, std::size_t bytes, bool read_only = false);
   void host_unregister(std::uint64_t ptr);
   /// Throws Error(device_error) unless [r.lo, r.hi) is memory a kernel running on `device`
-  /// can dereference, inside one live allocation (the rule every operation applies to array
-  /// data; extension kernels get it through the C API). `where`/`name` start the message.
+  /// can dereference at those addresses, inside one live allocation (the rule every operation
+  /// applies to array data; extension kernels get it through the C API): page-locked memory that
+  /// the device reaches only at cuMemHostGetDevicePointer's address is refused. `where`/`name`
+  /// start the message.
   PointerInfo check_kernel_memory(std::string_view where, std::string_view name, std::uint64_t lo,
                                   std::uint64_t hi, int device);
 

@@ -33,6 +33,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "cai/device/backend.h"
@@ -135,19 +136,45 @@ class SpinLock {
 };
 }  // namespace detail
 
-/// The stream of one piece of memory, shared by an array and all of its views.
+/// The stream of one piece of memory, shared by an array and all of its views. It is in one
+/// of four states (`Where`), changed under its lock; StreamOrder reads it with snapshot() and
+/// changes it only through after_work() and adopt().
 class SyncState {
  public:
+  /// No stream: nothing was ever queued (new memory from a plain allocation).
+  struct NoStream {};
+  /// Work is on `stream` (maybe still pending). With several devices, `device` is the device
+  /// whose default stream a default handle (1, 2) names (memory every device reaches, managed
+  /// or mapped, may be used on any); -1: the current one.
+  struct OnStream {
+    StreamRef stream;
+    int device = -1;
+  };
+  /// A foreign producer's stream, behind an event recorded on it at import.
+  struct BehindEvent {
+    std::shared_ptr<ImportEvent> event;
+  };
+  /// Imported with nothing pending: the producer named no stream (`producer` 0) or its stream
+  /// was idle. Its later work is on a stream cai cannot name or trust: the first work here,
+  /// unless on `producer` itself, makes the legacy default stream wait for it.
+  struct ImportedIdle {
+    StreamHandle producer = 0;
+  };
+  using Where = std::variant<NoStream, OnStream, BehindEvent, ImportedIdle>;
+
   /// Memory with no stream: nothing is pending.
   SyncState() = default;
   /// Memory whose work is on `stream`, maybe still pending (an IPC import, wrapped memory).
-  explicit SyncState(std::optional<StreamRef> stream) : stream_(std::move(stream)) {
-    if (stream_) mark_work();
+  explicit SyncState(std::optional<StreamRef> stream) {
+    if (stream) {
+      where_ = OnStream{std::move(*stream)};
+      mark_work();
+    }
   }
   /// New memory whose operations default to `stream`; no work is queued on it yet.
   static std::shared_ptr<SyncState> idle(StreamRef stream) {
     auto state = std::make_shared<SyncState>();
-    state->stream_ = std::move(stream);
+    state->where_ = OnStream{std::move(stream)};
     return state;
   }
 
@@ -159,37 +186,68 @@ class SyncState {
                                              ImportOrder how);
   /// The same for a state that exists already (its previous stream is forgotten).
   void set_imported(device::Backend& backend, StreamHandle producer);
-  /// The state of memory imported with the CAI v3 rules with nothing pending: the producer
-  /// named no stream (None; `producer` 0), or its stream `producer` was idle
-  /// (ImportOrder::complete). The producer's later work is on a stream cai cannot name or
-  /// trust, so the first work on the memory, unless on `producer` itself, makes the legacy
-  /// default stream wait for it, as for a foreign stream (StreamOrder::finish).
+  /// The state of memory imported with the CAI v3 rules with nothing pending (ImportedIdle):
+  /// the producer named no stream (None; `producer` 0), or its stream `producer` was idle
+  /// (ImportOrder::complete).
   static std::shared_ptr<SyncState> imported_without_stream(StreamHandle producer = 0);
 
   /// The stream cai may enqueue work on after the data's pending work: none for data that
   /// never had work queued, or whose producer's stream stands behind an import event.
   std::optional<StreamRef> stream() const {
     std::lock_guard lock(mutex_);
-    return stream_;
+    if (const auto* on = std::get_if<OnStream>(&where_)) return on->stream;
+    return std::nullopt;
   }
   /// The stream's handle alone (no owner copied), or none.
   std::optional<StreamHandle> stream_handle() const {
     std::lock_guard lock(mutex_);
-    if (!stream_) return std::nullopt;
-    return stream_->handle;
+    if (const auto* on = std::get_if<OnStream>(&where_)) return on->stream.handle;
+    return std::nullopt;
   }
   /// The import event standing for the producer's stream, if any.
   std::shared_ptr<const ImportEvent> event() const {
     std::lock_guard lock(mutex_);
-    return event_;
+    if (const auto* behind = std::get_if<BehindEvent>(&where_)) return behind->event;
+    return nullptr;
   }
   /// Whether any work is pending as far as cai knows (a stream or an import event).
   bool has_work() const {
     std::lock_guard lock(mutex_);
-    return stream_ || event_;
+    return std::holds_alternative<OnStream>(where_) || std::holds_alternative<BehindEvent>(where_);
   }
   /// The data's work is on `s` now (after work was enqueued there).
   void set_stream(std::optional<StreamRef> s);
+
+  /// What a wait for the data needs, read under the lock: the data's stream (with what keeps
+  /// it alive) and its device, or the import event.
+  struct Snapshot {
+    std::optional<StreamRef> stream;
+    int device = -1;
+    std::shared_ptr<ImportEvent> event;
+  };
+  Snapshot snapshot() const;
+  /// The same without the stream's owner, for a StreamOrder, whose caller keeps the state (and
+  /// so its stream) alive until finish(): no reference count touched per operand.
+  Snapshot snapshot_for_order() const;
+
+  /// After work on `work` (of `work_device`, -1: the current one) touching the data was
+  /// enqueued: marks the work, and, under the lock, the data adopts `work` unless it keeps a
+  /// stream of its own; then calls `order(after)` with what the order must still do for it,
+  /// still under the lock, so that no other work on the data comes between.
+  struct AfterWork {
+    /// The producer's stream cai cannot name or trust (an import event's, ImportedIdle's).
+    std::optional<StreamHandle> foreign;
+    /// The data's own stream, kept: it must wait for the work (not when it is `work`).
+    std::optional<StreamRef::Key> kept;
+  };
+  template <class Order>
+  void after_work(const StreamRef& work, int work_device, Order&& order) {
+    std::lock_guard lock(mutex_);
+    mark_work();
+    order(move_after_work(work, work_device));
+  }
+  /// After work on `work` was enqueued and could not be ordered otherwise: the data adopts it.
+  void adopt(const StreamRef& work, int work_device) noexcept;
 
   /// Whether work may still be pending: some was queued (or imported) since the host last
   /// waited for it. No driver call; false answers are exact, true ones conservative.
@@ -216,20 +274,13 @@ class SyncState {
   bool busy(device::Backend& backend) const;
 
  private:
-  friend class StreamOrder;
   void set_imported(device::Backend& backend, StreamHandle producer, ImportOrder how);
+  AfterWork move_after_work(const StreamRef& work, int work_device);
   void complete_through(std::uint64_t clock) noexcept;
 
   mutable detail::SpinLock mutex_;
-  std::optional<StreamRef> stream_;
-  std::shared_ptr<ImportEvent> event_;
+  Where where_;
   std::atomic<std::uint64_t> work_{0};  // the mark of the last work; 0: none since the host waited
-  // imported_without_stream()'s producer (0: unnamed), until the first work.
-  std::optional<StreamHandle> foreign_producer_;
-  // With several devices, the device whose default stream stream_ names (handles 1 and 2 are
-  // per device: memory every device reaches, managed or mapped, may be used on any); -1: the
-  // current one. Set by StreamOrder.
-  int device_ = -1;
 };
 
 namespace detail {
@@ -288,11 +339,6 @@ class StreamOrder {
   void finish();
 
  private:
-  /// Whether the state's stream is a default stream of another device than the work's.
-  bool on_other_device(const SyncState& state) const noexcept {
-    return work_device_ >= 0 && state.device_ >= 0 && state.device_ != work_device_;
-  }
-
   device::Backend& backend_;
   StreamRef work_;
   int work_device_ = -1;  // with several devices, the device of a default work stream

@@ -21,10 +21,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/ranges.h"
 #include "cai/core/strided.h"
 #include "cai/device/backend.h"
-#include "device/backend/ranges.h"
-#include "device/driver/api.h"
+#include "driver/api.h"
 
 namespace cai::device::detail {
 

@@ -10,10 +10,11 @@
 #include <cstring>
 #include <string>
 
+#include "backend/backend.h"
+#include "backend_select.h"
 #include "cai/core/error.h"
+#include "cai/core/format.h"
 #include "cai/core/interface.h"
-#include "device/backend/backend.h"
-#include "device/backend_select.h"
 
 namespace cai::device {
 
@@ -304,9 +305,7 @@ std::shared_ptr<const cu::Driver> initialised_libcuda() {
 std::string stream_text(StreamHandle s) {
   if (s == kLegacyDefaultStream) return "legacy default stream (1)";
   if (s == kPerThreadDefaultStream) return "per-thread default stream (2)";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "stream 0x%llx", static_cast<unsigned long long>(s));
-  return buf;
+  return "stream " + cai::detail::hex(s);
 }
 
 void set_exiting() noexcept {

@@ -40,7 +40,7 @@ if(_cai_cuda_kernels)
   endif()
   add_custom_command(OUTPUT ${_cai_nvcc_ptx}
     COMMAND ${CAI_NVCC_EXECUTABLE} --ptx -arch=${CAI_CUDA_PTX_ARCH} -O3 -std=c++20
-            ${_cai_ccbin} -I${PROJECT_SOURCE_DIR}/src -I${PROJECT_SOURCE_DIR}/include
+            ${_cai_ccbin} -I${PROJECT_SOURCE_DIR}/src/device -I${PROJECT_SOURCE_DIR}/include
             -o ${_cai_nvcc_ptx} ${CMAKE_CURRENT_LIST_DIR}/kernels.cu
     # The entries are generated from the tables and wrap the bodies, which run the functors.
     DEPENDS ${CMAKE_CURRENT_LIST_DIR}/kernels.cu

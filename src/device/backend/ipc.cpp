@@ -4,9 +4,9 @@
 #include <cstring>
 #include <string>
 
+#include "backend/backend.h"
 #include "cai/core/error.h"
-#include "device/backend/backend.h"
-#include "device/checks.h"
+#include "checks.h"
 
 namespace cai::device {
 

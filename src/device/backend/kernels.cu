@@ -4,7 +4,7 @@
 // (cai/device/operations.h; CAI_DATA_KERNELS, CAI_WORD_WIDTHS and CAI_KERNEL_VARIANTS in
 // launch.h). extern "C" keeps the entry names stable for cuModuleGetFunction.
 
-#include "device/kernels/bodies.h"
+#include "kernels/bodies.h"
 
 namespace {
 

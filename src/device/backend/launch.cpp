@@ -1,11 +1,12 @@
 // The backend's kernels: the module of each context (the embedded PTX, or without nvcc a
 // manifest of the entry names that only the simulated driver runs) and one launch as planned.
 
-#include "device/backend/launch.h"
+#include "backend/launch.h"
 
 #include <string>
 
 #include "cai/core/error.h"
+#include "cai/core/format.h"
 
 #ifndef CAI_HAVE_CUDA_KERNELS
 #define CAI_HAVE_CUDA_KERNELS 0
@@ -34,9 +35,7 @@ std::string_view cuda_kernels_ptx() {
 
 namespace {
 
-std::string version_text(int v) {
-  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
-}
+using cai::detail::cuda_version_text;
 
 // What the backend loads: the PTX, or a manifest that declares the same entries.
 const std::string& kernel_image() {
@@ -80,7 +79,7 @@ const Module& BackendState::module_for(CUcontext ctx) {
   if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
     fail(r, "cuModuleLoadData",
          std::string("; the kernels' PTX declares ISA ") + CAI_CUDA_PTX_ISA +
-             ", which this driver (CUDA " + version_text(driver->version) +
+             ", which this driver (CUDA " + cuda_version_text(driver->version) +
              ") cannot compile; update the driver or build cai with CAI_CUDA_PTX_ISA set lower");
   }
   check(r, "cuModuleLoadData");

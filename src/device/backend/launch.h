@@ -2,8 +2,8 @@
 
 // Internal: one kernel launch as planned (device/kernels/plan.h), in the stream's context.
 
-#include "device/backend/backend.h"
-#include "device/kernels/plan.h"
+#include "backend/backend.h"
+#include "kernels/plan.h"
 
 namespace cai::device::detail {
 

@@ -7,10 +7,10 @@
 #include <span>
 #include <string>
 
+#include "backend/backend.h"
+#include "backend/stream_memory.h"
 #include "cai/core/error.h"
-#include "device/backend/backend.h"
-#include "device/backend/stream_memory.h"
-#include "device/checks.h"
+#include "checks.h"
 
 namespace cai::device {
 
@@ -509,6 +509,19 @@ PointerInfo Backend::check_kernel_memory(std::string_view where, std::string_vie
                     " is memory of device " + std::to_string(info.device) +
                     ", which a kernel on device " + std::to_string(device) +
                     " cannot reach; copy it to device " + std::to_string(device) + " first");
+  }
+  // cai's own kernels are given the device address (kernel_address); a caller that checks
+  // here passes its addresses to a kernel as they are.
+  if (!r.empty() && info.kind == MemoryKind::pinned_host &&
+      state_->kernel_address(info, lo, lo, device) != lo) {
+    throw_error(Errc::device_error,
+                std::string(where) + ": " + std::string(name) + " " + detail::range_text(r) +
+                    " is page-locked host memory that a kernel on device " +
+                    std::to_string(device) +
+                    " reaches only at another address (cuMemHostGetDevicePointer: the device's "
+                    "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM is 0), and this kernel would be "
+                    "given the host address; copy it to device " +
+                    std::to_string(device) + " first");
   }
   return info;
 }

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+#include "backend/launch.h"
+#include "backend/stream_memory.h"
 #include "cai/core/error.h"
-#include "device/backend/backend.h"
-#include "device/backend/launch.h"
-#include "device/backend/stream_memory.h"
-#include "device/checks.h"
+#include "checks.h"
 
 namespace cai::device {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cai/core/error.h"
-#include "device/backend/backend.h"
 
 namespace cai::device::sim {
 
@@ -163,13 +163,23 @@ Stats stats(Backend& b) {
   return Stats{s.race_history, s.clock_slots, s.streams, s.ipc_mappings};
 }
 
-std::map<std::string, std::uint64_t> driver_calls(Backend& b) {
-  auto& st = simulated(b, "driver_calls");
-  std::vector<unsigned long long> counts(driver_entry_count);
-  CAI_SIM(st, caiSimGetCallCounts, counts.data(), counts.size());
+namespace {
+// One number per driver entry point (caiSimGetCallCounts, caiSimGetCallTimes), by name.
+template <class Read>
+std::map<std::string, std::uint64_t> per_entry(Backend& b, const char* what, Read read) {
+  auto& st = simulated(b, what);
+  std::vector<unsigned long long> values(driver_entry_count);
+  read(st, values);
   std::map<std::string, std::uint64_t> out;
-  for (std::size_t i = 0; i < driver_entry_count; ++i) out[driver_entry_names[i]] = counts[i];
+  for (std::size_t i = 0; i < driver_entry_count; ++i) out[driver_entry_names[i]] = values[i];
   return out;
+}
+}  // namespace
+
+std::map<std::string, std::uint64_t> driver_calls(Backend& b) {
+  return per_entry(b, "driver_calls", [](auto& st, auto& counts) {
+    CAI_SIM(st, caiSimGetCallCounts, counts.data(), counts.size());
+  });
 }
 
 void reset_driver_calls(Backend& b) {
@@ -183,12 +193,9 @@ void time_driver_calls(Backend& b, bool on) {
 }
 
 std::map<std::string, std::uint64_t> driver_call_ns(Backend& b) {
-  auto& st = simulated(b, "driver_call_ns");
-  std::vector<unsigned long long> ns(driver_entry_count);
-  CAI_SIM(st, caiSimGetCallTimes, ns.data(), ns.size());
-  std::map<std::string, std::uint64_t> out;
-  for (std::size_t i = 0; i < driver_entry_count; ++i) out[driver_entry_names[i]] = ns[i];
-  return out;
+  return per_entry(b, "driver_call_ns", [](auto& st, auto& ns) {
+    CAI_SIM(st, caiSimGetCallTimes, ns.data(), ns.size());
+  });
 }
 
 void inject_error(Backend& b, std::string_view entry, int code, unsigned skip, unsigned times) {

@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "device/backend/backend.h"
+#include "backend/backend.h"
 
 namespace cai::device::detail {
 

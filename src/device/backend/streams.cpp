@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
+#include "backend/backend.h"
 #include "cai/core/error.h"
-#include "device/backend/backend.h"
 
 namespace cai::device {
 

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "device/driver/abi.h"
+#include "driver/abi.h"
 
 namespace cai::device::cu {
 

@@ -7,7 +7,8 @@
 
 #include <string>
 
-#include "device/driver/api.h"
+#include "cai/core/format.h"
+#include "driver/api.h"
 
 namespace cai::device::cu {
 
@@ -15,9 +16,7 @@ namespace {
 
 constexpr std::string_view kUseSim = "; set CAI_BACKEND=sim to use the simulator";
 
-std::string version_text(int v) {
-  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
-}
+using cai::detail::cuda_version_text;
 
 struct Slot {
   const char* name;
@@ -65,8 +64,8 @@ std::string initialise(const SymbolLookup& lookup, GetProcAddressFn get_proc, Dr
     return "cuDriverGetVersion failed: " + describe(a, r);
   }
   if (get_proc == nullptr || d.version < kDriverApiVersion) {
-    return "the NVIDIA driver supports CUDA " + version_text(d.version) + ", cai needs " +
-           version_text(kDriverApiVersion) + " or later; update the driver";
+    return "the NVIDIA driver supports CUDA " + cuda_version_text(d.version) + ", cai needs " +
+           cuda_version_text(kDriverApiVersion) + " or later; update the driver";
   }
   if (CUresult r = a.cuInit(0); r != CUDA_SUCCESS) {
     const char* what = r == CUDA_ERROR_NO_DEVICE      ? "no CUDA device found"

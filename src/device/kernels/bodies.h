@@ -12,8 +12,8 @@
 #include <utility>
 
 #include "cai/core/host_device.h"
-#include "device/kernels/elementwise.h"
-#include "device/kernels/launch.h"
+#include "kernels/elementwise.h"
+#include "kernels/launch.h"
 
 namespace cai::device::kernels {
 

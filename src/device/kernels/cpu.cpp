@@ -1,12 +1,12 @@
-#include "device/kernels/cpu.h"
+#include "kernels/cpu.h"
 
 #include <cstring>
 #include <vector>
 
 #include "cai/core/error.h"
-#include "device/kernels/elementwise.h"
-#include "device/kernels/launch.h"
-#include "device/kernels/plan.h"
+#include "kernels/elementwise.h"
+#include "kernels/launch.h"
+#include "kernels/plan.h"
 
 namespace cai::device::kernels {
 

@@ -165,9 +165,9 @@ CAI_HOST_DEVICE inline float to_float(Float8<E, M, Bias, S> v) {
     }
     if (exp == 0) {
       // Zero or subnormal: mant * 2^(1 - Bias - M), exact in float.
-      const float v = static_cast<float>(mant) *
-                      bits_float(static_cast<std::uint32_t>(127 + 1 - Bias - M) << 23);
-      return sign ? -v : v;
+      const float magnitude = static_cast<float>(mant) *
+                              bits_float(static_cast<std::uint32_t>(127 + 1 - Bias - M) << 23);
+      return sign ? -magnitude : magnitude;
     }
     return bits_float(sign | ((exp + 127u - Bias) << 23) | (mant << (23 - M)));
   }

@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "device/kernels/bodies.h"
+#include "kernels/bodies.h"
 
 namespace cai::device::kernels {
 

@@ -1,4 +1,4 @@
-#include "device/kernels/plan.h"
+#include "kernels/plan.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cai/core/error.h"
-#include "device/kernels/bodies.h"
+#include "kernels/bodies.h"
 
 namespace cai::device::kernels {
 

@@ -14,7 +14,7 @@
 
 #include "cai/core/strided.h"
 #include "cai/device/backend.h"
-#include "device/kernels/launch.h"
+#include "kernels/launch.h"
 
 namespace cai::device::kernels {
 

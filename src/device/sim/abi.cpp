@@ -4,10 +4,10 @@
 #include <cstring>
 #include <string_view>
 
-#include "device/sim/entry_points.h"
-#include "device/sim/sim_internal.h"
+#include "sim/entry_points.h"
+#include "sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 std::size_t find_symbol(std::string_view symbol) noexcept {
   for (std::size_t i = 0; i < abi_row_count; ++i)
@@ -96,4 +96,4 @@ CUresult SimDriver::cuStreamGetCtx_v2(CUstream stream, CUcontext* context,
   return r;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

@@ -21,7 +21,7 @@
 // whose signature differs (cuMemAlloc at 2000: 32-bit sizes) has no row: asked for it,
 // cuGetProcAddress answers CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT.
 
-#include "device/driver/abi.h"
+#include "driver/abi.h"
 
 // clang-format off
 #define CAI_SIM_ABI_TABLE(X, A, P)                                                              \

@@ -7,9 +7,9 @@
 #include <string_view>
 #include <thread>
 
-#include "device/sim/sim_internal.h"
+#include "sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 namespace {
 
@@ -120,4 +120,4 @@ std::vector<int> visible_devices(int physical) {
   return visible;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

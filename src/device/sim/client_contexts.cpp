@@ -6,10 +6,10 @@
 #include <string>
 
 #include "cai/core/error.h"
-#include "device/sim/sim_driver.h"
-#include "device/sim/sim_internal.h"
+#include "sim/sim_driver.h"
+#include "sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 namespace {
 
@@ -128,8 +128,8 @@ CUresult SimDriver::cuDevicePrimaryCtxGetState(CUdevice device, unsigned int* fl
 CUresult SimDriver::cuDevicePrimaryCtxSetFlags(CUdevice device, unsigned int flags) {
   CAI_SIM_CHECK_DEVICE(device)
   if (!valid_context_flags(flags))
-    return fail(CUDA_ERROR_INVALID_VALUE, "context flags " + hex_text(flags) +
-                                              ": unknown bits or more than one scheduling mode");
+    return fail(CUDA_ERROR_INVALID_VALUE,
+                "context flags " + hex(flags) + ": unknown bits or more than one scheduling mode");
   std::lock_guard lk(mu_);
   device_state_[static_cast<std::size_t>(device)].primary_flags = flags;
   return CUDA_SUCCESS;
@@ -143,8 +143,8 @@ CUresult SimDriver::cuCtxCreate(CUcontext* context, CUctxCreateParams* params, u
   CAI_SIM_CHECK_DEVICE(device)
   if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_context_flags(flags))
-    return fail(CUDA_ERROR_INVALID_VALUE, "context flags " + hex_text(flags) +
-                                              ": unknown bits or more than one scheduling mode");
+    return fail(CUDA_ERROR_INVALID_VALUE,
+                "context flags " + hex(flags) + ": unknown bits or more than one scheduling mode");
   if (params != nullptr) {
     const auto* p = reinterpret_cast<const CtxCreateParamsLayout*>(params);
     if (p->exec_affinity_count != 0 || p->exec_affinity_params != nullptr ||
@@ -281,4 +281,4 @@ CUresult SimDriver::cuProfilerStop() {
 
 #undef CAI_SIM_CHECK_DEVICE
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

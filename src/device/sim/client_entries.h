@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <iterator>
 
-#include "device/driver/abi.h"
+#include "driver/abi.h"
 
 struct CUctxCreateParams_st;
 

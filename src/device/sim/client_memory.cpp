@@ -7,10 +7,10 @@
 #include <string>
 
 #include "cai/core/error.h"
-#include "device/sim/sim_driver.h"
-#include "device/sim/sim_internal.h"
+#include "sim/sim_driver.h"
+#include "sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 namespace {
 
@@ -99,7 +99,7 @@ CUresult SimDriver::memset_locked(CUdeviceptr dst, unsigned pattern, std::size_t
   if (dst == 0 || bytes / size != count || dst + bytes < dst)
     return fail(CUDA_ERROR_INVALID_VALUE, std::string(name) + ": a null or wrapping range");
   if (dst % size != 0)
-    return fail(CUDA_ERROR_INVALID_VALUE, std::string(name) + ": " + hex_text(dst) +
+    return fail(CUDA_ERROR_INVALID_VALUE, std::string(name) + ": " + hex(dst) +
                                               " is not aligned to " + std::to_string(size) +
                                               " bytes");
   std::int64_t delta = 0, to_host = 0;
@@ -186,12 +186,12 @@ CUresult SimDriver::cuMemHostGetDevicePointer(CUdeviceptr* device_ptr, void* ptr
   const Allocation* a = find_locked(p, p + 1, &base);
   if (a == nullptr || (a->kind != Kind::pinned && a->kind != Kind::registered))
     return fail(CUDA_ERROR_INVALID_VALUE,
-                hex_text(p) +
+                hex(p) +
                     " is not page-locked host memory (cuMemHostAlloc, cuMemAllocHost, "
                     "cuMemHostRegister)");
   if (a->kind == Kind::registered && (a->host_flags & kMemHostRegisterDeviceMap) == 0)
     return fail(CUDA_ERROR_INVALID_VALUE,
-                hex_text(p) +
+                hex(p) +
                     " was registered without CU_MEMHOSTREGISTER_DEVICEMAP: the driver "
                     "did not map it for the device");
   // Unified addressing: allocated page-locked memory is mapped at its host address on every
@@ -207,7 +207,7 @@ CUresult SimDriver::cuMemHostGetFlags(unsigned int* flags, void* ptr) {
   const Allocation* a = find_locked(p, p + 1);
   if (a == nullptr || a->kind != Kind::pinned)
     return fail(CUDA_ERROR_INVALID_VALUE,
-                hex_text(p) + " is not memory of cuMemHostAlloc or cuMemAllocHost");
+                hex(p) + " is not memory of cuMemHostAlloc or cuMemAllocHost");
   *flags = a->host_flags;
   return CUDA_SUCCESS;
 }
@@ -323,4 +323,4 @@ CUresult SimDriver::cuMemPoolTrimTo(CUmemoryPool pool, std::size_t keep_bytes) {
   return CUDA_SUCCESS;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

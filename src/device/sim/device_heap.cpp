@@ -1,4 +1,4 @@
-#include "device/sim/device_heap.h"
+#include "sim/device_heap.h"
 
 #include <sys/mman.h>
 
@@ -9,7 +9,7 @@
 
 #include "cai/core/error.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 std::uint64_t reserve_addresses(std::size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -138,4 +138,4 @@ void DeviceHeap::release(std::uint64_t ptr, std::size_t bytes) {
   if (hi > lo) segment_->discard(lo, hi - lo);
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

@@ -16,9 +16,9 @@
 #include <memory>
 #include <utility>
 
-#include "device/shared_memory.h"
+#include "sim/driver_names.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 class DeviceHeap {
  public:
@@ -79,4 +79,4 @@ class DeviceHeap {
 std::uint64_t reserve_addresses(std::size_t bytes);
 void unreserve_addresses(std::uint64_t base, std::size_t bytes) noexcept;
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

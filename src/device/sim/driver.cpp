@@ -15,11 +15,11 @@
 #include <utility>
 
 #include "cai/core/error.h"
-#include "device/sim/entry_points.h"
-#include "device/sim/sim_driver.h"
-#include "device/sim/sim_internal.h"
+#include "sim/entry_points.h"
+#include "sim/sim_driver.h"
+#include "sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 namespace {
 
@@ -144,12 +144,6 @@ void set_error_detail(std::string detail) {
 CUresult fail(CUresult r, std::string detail) {
   t_error_detail = std::move(detail);
   return r;
-}
-
-std::string hex_text(std::uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -410,7 +404,7 @@ CUresult SimDriver::caiSimSetDeviceAttribute(int value, CUdevice_attribute attri
   for (const auto& [base, a] : memory_) {
     if (a.kind == Kind::registered)
       return fail(CUDA_ERROR_NOT_PERMITTED,
-                  "caiSimSetDeviceAttribute: host memory is registered (" + hex_text(base) +
+                  "caiSimSetDeviceAttribute: host memory is registered (" + hex(base) +
                       "); change CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM before registering");
   }
   host_pointer_for_registered_[static_cast<std::size_t>(device)] = value;
@@ -571,4 +565,4 @@ CUresult SimDriver::caiSimGetStats(CaiSimStats* stats) {
   return CUDA_SUCCESS;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

@@ -16,10 +16,10 @@
 #include <string_view>
 
 #include "cai/core/error.h"
-#include "device/sim/abi_table.h"
-#include "device/sim/sim_driver.h"
+#include "sim/abi_table.h"
+#include "sim/sim_driver.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 /// Entry indices: the driver's, the simulator's, the clients' (caiSimGetCallCounts' order).
 enum EntryIndex : std::size_t {
@@ -265,4 +265,4 @@ CUresult get_proc_address(const char* symbol, void** fn, int version, cuuint64_t
   return r;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

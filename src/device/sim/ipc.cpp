@@ -9,10 +9,10 @@
 #include <string>
 
 #include "cai/core/error.h"
-#include "device/sim/sim_driver.h"
-#include "device/sim/sim_internal.h"
+#include "sim/sim_driver.h"
+#include "sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 namespace {
 
@@ -112,7 +112,7 @@ CUresult SimDriver::cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   if (CUresult r = freed_async_locked(ptr, "cuIpcGetMemHandle")) return r;
   auto it = memory_.find(ptr);
   if (it == memory_.end() || it->second.kind != Kind::device) {
-    std::string why = hex_text(ptr) + " is not the start of a cuMemAlloc allocation";
+    std::string why = hex(ptr) + " is not the start of a cuMemAlloc allocation";
     if (it != memory_.end() && it->second.kind == Kind::pool)
       why += " (memory of the default stream-ordered pool is not legacy-IPC capable)";
     return fail(CUDA_ERROR_INVALID_VALUE, why);
@@ -218,7 +218,7 @@ CUresult SimDriver::cuIpcCloseMemHandle(CUdeviceptr ptr) {
   auto it = memory_.find(ptr);
   if (it == memory_.end() || it->second.kind != Kind::opened)
     return fail(CUDA_ERROR_INVALID_VALUE,
-                hex_text(ptr) + " is not memory opened with cuIpcOpenMemHandle");
+                hex(ptr) + " is not memory opened with cuIpcOpenMemHandle");
   if (--it->second.opened_refs > 0) return CUDA_SUCCESS;
   const Allocation a = std::move(it->second);
   memory_.erase(it);
@@ -237,7 +237,7 @@ CUresult SimDriver::cuIpcGetEventHandle(CUipcEventHandle* handle, CUevent e) {
   if (ev == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (!ev->shared || ev->shared->opened)
     return fail(CUDA_ERROR_INVALID_VALUE,
-                "event " + hex_text(handle_value(e)) +
+                "event " + hex(handle_value(e)) +
                     " was not created with CU_EVENT_INTERPROCESS in this process");
   SharedEventSlot& slot = *ev->shared->slot;
   if (slot.token.load() == 0) slot.token.store(new_token());
@@ -283,4 +283,4 @@ CUresult SimDriver::cuIpcOpenEventHandle(CUevent* event, CUipcEventHandle handle
   return CUDA_SUCCESS;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

@@ -10,11 +10,11 @@
 
 #include "cai/core/error.h"
 #include "cai/core/layout.h"
-#include "device/kernels/grid.h"
-#include "device/sim/sim_driver.h"
-#include "device/sim/sim_internal.h"
+#include "kernels/grid.h"
+#include "sim/sim_driver.h"
+#include "sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 std::vector<AccessRun> declared_runs(const CaiSimAccess* accesses, std::size_t count);
 
@@ -215,4 +215,4 @@ CUresult SimDriver::caiSimLaunchHostTask(CUstream h, const CaiSimAccess* accesse
   return CUDA_SUCCESS;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

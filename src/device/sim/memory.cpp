@@ -14,15 +14,15 @@
 #include "cai/core/error.h"
 #include "cai/core/layout.h"
 #include "cai/core/strided.h"
-#include "device/sim/sim_driver.h"
-#include "device/sim/sim_internal.h"
+#include "sim/sim_driver.h"
+#include "sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 namespace {
 
 std::string range_of(std::uint64_t lo, std::uint64_t hi) {
-  return "[" + hex_text(lo) + "+" + std::to_string(hi - lo) + ")";
+  return "[" + hex(lo) + "+" + std::to_string(hi - lo) + ")";
 }
 
 // Whether [lo, hi) is mapped in this process (pageable host memory the host may touch).
@@ -372,14 +372,14 @@ CUresult SimDriver::cuMemFree(CUdeviceptr ptr) {
   auto it = memory_.find(ptr);
   if (it == memory_.end() || (it->second.kind != Kind::device && it->second.kind != Kind::pool &&
                               it->second.kind != Kind::managed)) {
-    std::string why = hex_text(ptr) +
+    std::string why = hex(ptr) +
                       " is not the start of a cuMemAlloc, cuMemAllocAsync or "
                       "cuMemAllocManaged allocation";
     if (it != memory_.end() && it->second.kind == Kind::opened)
       why += " (it was opened from another process: cuIpcCloseMemHandle)";
     std::uint64_t base = 0;
     if (find_locked(ptr, ptr + 1, &base) != nullptr && base != ptr)
-      why += " (it is inside the allocation at " + hex_text(base) + ")";
+      why += " (it is inside the allocation at " + hex(base) + ")";
     return fail(CUDA_ERROR_INVALID_VALUE, why);
   }
   const Allocation a = it->second;
@@ -397,7 +397,7 @@ CUresult SimDriver::caiSimMemFreeChunked(CUdeviceptr ptr) {
   std::unique_lock lk(mu_);
   auto it = memory_.find(ptr);
   if (it == memory_.end() || it->second.kind != Kind::chunk)
-    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not a caiSimMemAllocChunked chunk");
+    return fail(CUDA_ERROR_INVALID_VALUE, hex(ptr) + " is not a caiSimMemAllocChunked chunk");
   const int device = it->second.device;
   const std::uint64_t group = it->second.chunk_group;
   const std::uint64_t size = group == ptr ? it->second.reservation : it->second.size;
@@ -418,7 +418,7 @@ CUresult SimDriver::cuMemFreeHost(void* p) {
   std::unique_lock lk(mu_);
   auto it = memory_.find(ptr);
   if (it == memory_.end() || it->second.kind != Kind::pinned)
-    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not from cuMemAllocHost");
+    return fail(CUDA_ERROR_INVALID_VALUE, hex(ptr) + " is not from cuMemAllocHost");
   const Allocation a = it->second;
   memory_.erase(it);
   drain_locked(lk);
@@ -433,7 +433,7 @@ CUresult SimDriver::cuMemHostUnregister(void* p) {
   auto it = memory_.find(ptr);
   if (it == memory_.end() || it->second.kind != Kind::registered)
     return fail(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
-                hex_text(ptr) + " is not the start of a cuMemHostRegister range");
+                hex(ptr) + " is not the start of a cuMemHostRegister range");
   const Allocation a = it->second;
   memory_.erase(it);
   drain_locked(lk);
@@ -453,7 +453,7 @@ CUresult SimDriver::cuMemFreeAsync(CUdeviceptr ptr, CUstream h) {
   auto it = memory_.find(ptr);
   if (it == memory_.end() || it->second.kind != Kind::pool)
     return fail(CUDA_ERROR_INVALID_VALUE,
-                hex_text(ptr) + " is not the start of a cuMemAllocAsync allocation");
+                hex(ptr) + " is not the start of a cuMemAllocAsync allocation");
   const Allocation a = it->second;
   // The free writes the whole allocation: work of another stream not ordered before it races.
   const AccessRun runs[] = {{ptr, ptr + a.size, true}};
@@ -480,8 +480,8 @@ CUresult SimDriver::freed_async_locked(CUdeviceptr ptr, const char* entry) const
     return CUDA_SUCCESS;
   --it;
   return fail(CUDA_ERROR_ILLEGAL_STATE,
-              std::string("undefined on a real driver: ") + entry + " of " + hex_text(ptr) +
-                  ", in memory freed by cuMemFreeAsync at " + hex_text(it->first) +
+              std::string("undefined on a real driver: ") + entry + " of " + hex(ptr) +
+                  ", in memory freed by cuMemFreeAsync at " + hex(it->first) +
                   " (once the free is enqueued, the memory and its pointer attributes are "
                   "undefined)");
 }
@@ -493,9 +493,9 @@ CUresult SimDriver::cuPointerGetAttribute(void* data, CUpointer_attribute attrib
   if (CUresult r = freed_async_locked(ptr, "cuPointerGetAttribute")) return r;
   const Allocation* a = find_locked(ptr, ptr + 1);
   if (a == nullptr)
-    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not memory the driver knows");
+    return fail(CUDA_ERROR_INVALID_VALUE, hex(ptr) + " is not memory the driver knows");
   if (attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER && !host_kind(a->kind))
-    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is device memory: no host address");
+    return fail(CUDA_ERROR_INVALID_VALUE, hex(ptr) + " is device memory: no host address");
   return attributes_locked(1, &attribute, &data, ptr);
 }
 
@@ -580,14 +580,14 @@ CUresult SimDriver::cuMemGetAddressRange(CUdeviceptr* base, std::size_t* size, C
   std::uint64_t start = 0;
   const Allocation* a = find_locked(ptr, ptr + 1, &start);
   if (a == nullptr)
-    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not memory the driver knows");
+    return fail(CUDA_ERROR_INVALID_VALUE, hex(ptr) + " is not memory the driver knows");
   // Documented for cuMemAlloc/cuMemAllocPitch memory; the driver also answers for its other
   // allocations (numba-cuda's tests size cuMemHostAlloc memory with it on GPUs). Registered
   // ranges, mappings and opened IPC memory: unobserved, so the range attributes' to answer.
   if (a->kind != Kind::device && a->kind != Kind::pool && a->kind != Kind::pinned &&
       a->kind != Kind::managed)
     return fail(CUDA_ERROR_INVALID_VALUE,
-                "cuMemGetAddressRange: " + hex_text(ptr) +
+                "cuMemGetAddressRange: " + hex(ptr) +
                     " is not memory the driver allocated (cuMemAlloc, cuMemAllocAsync, "
                     "cuMemAllocHost, cuMemAllocManaged); the simulated driver answers only for "
                     "those (use CU_POINTER_ATTRIBUTE_RANGE_START_ADDR/RANGE_SIZE)");
@@ -602,7 +602,7 @@ CUresult SimDriver::caiSimHostAddress(void** host, CUdeviceptr ptr) {
   std::uint64_t base = 0;
   const Allocation* a = find_locked(ptr, ptr + 1, &base);
   if (a == nullptr)
-    return fail(CUDA_ERROR_INVALID_VALUE, hex_text(ptr) + " is not memory the driver knows");
+    return fail(CUDA_ERROR_INVALID_VALUE, hex(ptr) + " is not memory the driver knows");
   *host = a->host + (ptr - base);
   return CUDA_SUCCESS;
 }
@@ -633,7 +633,7 @@ CUresult SimDriver::copy_locked(std::unique_lock<std::mutex>& lk, CUdeviceptr ds
       const Allocation* a = find_locked(at.first, at.first + 1);
       if (host_kind(a->kind) || a->device != at.second)
         return fail(CUDA_ERROR_INVALID_VALUE, std::string(name) + ": " + side + " at " +
-                                                  hex_text(at.first) +
+                                                  hex(at.first) +
                                                   " is not device memory of the context's device " +
                                                   std::to_string(at.second));
     }
@@ -642,7 +642,7 @@ CUresult SimDriver::copy_locked(std::unique_lock<std::mutex>& lk, CUdeviceptr ds
   // silent memmove here would hide a missing staging step.
   if (dst < src + bytes && src < dst + bytes)
     return fail(CUDA_ERROR_INVALID_VALUE,
-                std::string(name) + ": dst " + hex_text(dst) + " and src " + hex_text(src) +
+                std::string(name) + ": dst " + hex(dst) + " and src " + hex(src) +
                     " overlap over " + std::to_string(bytes) +
                     " bytes; undefined on a real driver: the ranges of a copy must not overlap");
   // Pageable host memory (outside every allocation) makes the copy synchronous, as the driver
@@ -804,4 +804,4 @@ CUresult SimDriver::caiSimForget(CUdeviceptr ptr, std::size_t bytes) {
   return CUDA_SUCCESS;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

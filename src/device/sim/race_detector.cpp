@@ -1,14 +1,14 @@
-#include "device/sim/race_detector.h"
+#include "sim/race_detector.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "cai/core/error.h"
+#include "cai/core/format.h"
 #include "cai/core/strided.h"
-#include "device/checks.h"
-#include "device/driver/api.h"
+#include "driver/api.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 namespace {
 
@@ -161,8 +161,7 @@ void RaceDetector::report(const std::vector<Conflict>& conflicts, const Who& who
   std::string msg(cu::kSimRaceDetailPrefix);
   for (std::size_t i = 0; i < conflicts.size() && i < kListed; ++i) {
     const Conflict& c = conflicts[i];
-    std::string range = "[";  // built by appending: GCC 12 warns falsely on "[" + string
-    range.append(hex(c.lo)).append("+").append(std::to_string(c.hi - c.lo)).append(")");
+    const std::string range = cai::detail::range_text(c.lo, c.hi - c.lo);
     if (i > 0) msg += "; and ";
     msg += std::string(name) + " on " + *who.label + (c.cur_write ? " writes " : " reads ") +
            range + " while " + *c.prev.name + " on " + *c.prev.label +
@@ -183,4 +182,4 @@ void RaceDetector::forget(std::uint64_t lo, std::uint64_t hi) {
   while (it != segments_.end() && it->first < hi) it = segments_.erase(it);
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

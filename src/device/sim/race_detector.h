@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 /// One counter per actor: clock[a] = how many of a's accesses are ordered before the owner.
 using VectorClock = std::vector<std::uint64_t>;
@@ -101,4 +101,4 @@ class RaceDetector {
   std::set<std::string, std::less<>> names_;   // stable storage for operation names
 };
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

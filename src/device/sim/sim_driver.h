@@ -31,16 +31,15 @@
 #include <vector>
 
 #include "cai/core/strided.h"
-#include "device/driver/api.h"
-#include "device/shared_memory.h"
-#include "device/sim/abi_table.h"
-#include "device/sim/client_entries.h"
-#include "device/sim/device_heap.h"
-#include "device/sim/race_detector.h"
+#include "driver/api.h"
+#include "shared_memory.h"
+#include "sim/abi_table.h"
+#include "sim/client_entries.h"
+#include "sim/device_heap.h"
+#include "sim/driver_names.h"
+#include "sim/race_detector.h"
 
-namespace cai::device::detail {
-
-using namespace cu;
+namespace cai::device::sim {
 
 class SimDriver {
  public:
@@ -370,4 +369,4 @@ int sim_devices_from_env();
 /// The message of the last failed call on this thread (driver.cpp sets it).
 void set_error_detail(std::string detail);
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

@@ -8,11 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "device/driver/abi.h"
+#include "cai/core/format.h"
+#include "sim/driver_names.h"
 
-namespace cai::device::detail {
-
-using namespace cu;
+namespace cai::device::sim {
 
 inline constexpr int kMaxDevices = 64;
 /// CUDA 13.0, the driver cai was last run on.
@@ -77,11 +76,11 @@ std::uint64_t this_thread_id();
 /// Sets the calling thread's error detail (caiSimGetErrorDetail) and returns r.
 CUresult fail(CUresult r, std::string detail);
 
-std::string hex_text(std::uint64_t v);
+using cai::detail::hex;
 
 /// The host's page size: page-locked and managed memory comes in whole pages.
 std::size_t host_page_size() noexcept;
 std::byte* allocate_host_block(std::size_t bytes);
 void free_host_block(std::byte* p) noexcept;
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

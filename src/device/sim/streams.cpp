@@ -10,10 +10,10 @@
 #include <string>
 
 #include "cai/core/error.h"
-#include "device/sim/sim_driver.h"
-#include "device/sim/sim_internal.h"
+#include "sim/sim_driver.h"
+#include "sim/sim_internal.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 
 // ---------------------------------------------------------------------------------------------
 // Bookkeeping (mu_ held).
@@ -52,7 +52,7 @@ CUresult SimDriver::resolve_locked(CUstream h, std::shared_ptr<Stream>& out) {
   auto it = streams_.find(v);
   if (it == streams_.end()) {
     return fail(CUDA_ERROR_INVALID_HANDLE,
-                "stream " + hex_text(v) +
+                "stream " + hex(v) +
                     ": not a stream of the simulator (never created, or destroyed); undefined on "
                     "a real driver: a stream handle must be live (it may crash or use another "
                     "stream)");
@@ -65,7 +65,7 @@ SimDriver::Event* SimDriver::event_locked(CUevent e) {
   auto it = events_.find(handle_value(e));
   if (it == events_.end()) {
     fail(CUDA_ERROR_INVALID_HANDLE,
-         "event " + hex_text(handle_value(e)) +
+         "event " + hex(handle_value(e)) +
              ": not an event of the simulator (never created, or destroyed); undefined on a "
              "real driver: an event handle must be live (it may crash or use another event)");
     return nullptr;
@@ -301,7 +301,7 @@ CUresult SimDriver::cuStreamCreate(CUstream* stream, unsigned int flags) {
   if (CUresult r = need_context_locked(device)) return r;
   const bool non_blocking = (flags & CU_STREAM_NON_BLOCKING) != 0;
   const std::uint64_t h = kStreamBase + ++next_handle_;
-  std::string label = "stream " + hex_text(h);
+  std::string label = "stream " + hex(h);
   if (non_blocking) label += " (non-blocking)";
   if (devices_ > 1) label += " of device " + std::to_string(device);
   streams_[h] = new_stream_locked(h, std::move(label), device, non_blocking);
@@ -472,10 +472,10 @@ CUresult SimDriver::cuEventRecord(CUevent e, CUstream h) {
     return fail(CUDA_ERROR_INVALID_HANDLE,
                 "an event opened from another process cannot be recorded here");
   if (s->device != ev->device) {
-    return fail(CUDA_ERROR_INVALID_HANDLE,
-                "event " + hex_text(handle_value(e)) + " belongs to device " +
-                    std::to_string(ev->device) + " but " + *s->label + " to device " +
-                    std::to_string(s->device) + "; record an event of the stream's device");
+    return fail(CUDA_ERROR_INVALID_HANDLE, "event " + hex(handle_value(e)) + " belongs to device " +
+                                               std::to_string(ev->device) + " but " + *s->label +
+                                               " to device " + std::to_string(s->device) +
+                                               "; record an event of the stream's device");
   }
   auto rec = std::make_shared<EventRecord>();
   rec->stamp = std::make_shared<Stamp>();
@@ -600,7 +600,7 @@ CUresult SimDriver::cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
   for (int i = 0; i < 2; ++i) {
     const Event* ev = event_locked(handles[i]);
     if (ev == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    const std::string name = "event " + hex_text(handle_value(handles[i]));
+    const std::string name = "event " + hex(handle_value(handles[i]));
     if (ev->flags & CU_EVENT_DISABLE_TIMING)
       return fail(CUDA_ERROR_INVALID_HANDLE, name + " was created without timing");
     if (!ev->record) return fail(CUDA_ERROR_INVALID_HANDLE, name + " has not been recorded");
@@ -612,4 +612,4 @@ CUresult SimDriver::cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
   return CUDA_SUCCESS;
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

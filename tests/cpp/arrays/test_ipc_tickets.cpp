@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "arrays/ipc_tickets.h"
+#include "ipc_tickets.h"
 
 namespace {
 

@@ -12,8 +12,8 @@
 #include <initializer_list>
 #include <vector>
 
-#include "device/kernels/bodies.h"
-#include "device/kernels/plan.h"
+#include "kernels/bodies.h"
+#include "kernels/plan.h"
 
 namespace cai::device::kernels::test {
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "cai/device/backend.h"
-#include "device/kernels/cpu.h"
-#include "device/kernels/elementwise.h"
+#include "kernels/cpu.h"
+#include "kernels/elementwise.h"
 
 namespace cai::device::kernels::test {
 

@@ -17,17 +17,17 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cai/core/error.h"
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
 #include "cai_matchers.h"
-#include "device/backend/backend.h"
-#include "device/checks.h"
-#include "device/driver/api.h"
-#include "device/kernels/cpu.h"
-#include "device/kernels/elementwise.h"
-#include "device/kernels/launch.h"
+#include "checks.h"
+#include "driver/api.h"
 #include "kernel_cases.h"
+#include "kernels/cpu.h"
+#include "kernels/elementwise.h"
+#include "kernels/launch.h"
 #include "test_sim_util.h"
 
 namespace {

@@ -11,13 +11,13 @@
 #include <numeric>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cai/core/error.h"
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
 #include "cai_matchers.h"
-#include "device/backend/backend.h"
-#include "device/driver/abi.h"
-#include "device/sim/sim_driver.h"
+#include "driver/abi.h"
+#include "sim/sim_driver.h"
 #include "test_sim_util.h"
 
 namespace cai::device {
@@ -54,7 +54,7 @@ cu::CUresult no_range_attributes(unsigned int n, cu::CUpointer_attribute* attrs,
 // A simulated driver with `patch` applied to a copy of its entry table.
 template <class Patch>
 std::shared_ptr<const cu::Driver> patched_sim(Patch patch) {
-  auto d = std::make_shared<cu::Driver>(*detail::make_sim_driver(1));
+  auto d = std::make_shared<cu::Driver>(*sim::make_sim_driver(1));
   g_real = d->api;
   patch(d->api);
   return d;
@@ -112,7 +112,7 @@ TEST(backend_driver_answers, without_range_attributes_the_allocation_comes_from_
 }
 
 TEST(backend_driver_answers, managed_memory_of_another_library_reads_as_managed) {
-  auto d = detail::make_sim_driver(1);
+  auto d = sim::make_sim_driver(1);
   auto other = detail::make_backend(d);
   auto b = detail::make_backend(d);
   const std::vector<std::int32_t> host = iota_ints(16);

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cai/core/error.h"
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
 #include "cai_matchers.h"
-#include "device/backend/backend.h"
-#include "device/driver/abi.h"
+#include "driver/abi.h"
 #include "test_sim_util.h"
 
 #if defined(CAI_TEST_COVERAGE)

@@ -8,10 +8,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "backend_select.h"
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
 #include "cai_matchers.h"
-#include "device/backend_select.h"
 #include "test_sim_util.h"
 
 namespace cai::device {

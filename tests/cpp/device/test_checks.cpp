@@ -1,6 +1,6 @@
 // The argument checks both backends share (src/device/checks.h).
 
-#include "device/checks.h"
+#include "checks.h"
 
 #include <gtest/gtest.h>
 

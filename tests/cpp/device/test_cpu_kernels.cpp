@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "cai/device/operations.h"
-#include "device/checks.h"
-#include "device/kernels/cpu.h"
-#include "device/kernels/elementwise.h"
-#include "device/kernels/launch.h"
+#include "checks.h"
+#include "kernels/cpu.h"
+#include "kernels/elementwise.h"
+#include "kernels/launch.h"
 #include "test_sim_util.h"
 
 namespace cai::device::kernels {

@@ -11,8 +11,8 @@
 #include <concepts>
 #include <type_traits>
 
-#include "device/driver/api.h"
-#include "device/sim/sim_driver.h"
+#include "driver/api.h"
+#include "sim/sim_driver.h"
 
 namespace {
 
@@ -71,12 +71,12 @@ static_assert(same_abi<cu::GetProcAddressFn, PFN_cuGetProcAddress_v12000>);
 template <class T>
 struct Function;
 template <class... A>
-struct Function<cu::CUresult (cai::device::detail::SimDriver::*)(A...)> {
+struct Function<cu::CUresult (cai::device::sim::SimDriver::*)(A...)> {
   using type = cu::CUresult (*)(A...);
 };
 template <auto M>
 using FunctionOf = typename Function<decltype(M)>::type;
-using cai::device::detail::SimDriver;
+using cai::device::sim::SimDriver;
 #define CAI_CHECK_ROW(name, version, symbol)                                     \
   static_assert(same_abi<FunctionOf<&SimDriver::name>, PFN_##name##_v##version>, \
                 #symbol " differs from PFN_" #name "_v" #version);

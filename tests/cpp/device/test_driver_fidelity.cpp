@@ -14,12 +14,12 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cai/core/error.h"
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
 #include "cai_matchers.h"
-#include "device/backend/backend.h"
-#include "device/driver/api.h"
+#include "driver/api.h"
 #include "test_sim_util.h"
 
 namespace cai::device {
@@ -294,6 +294,10 @@ TEST(driver_fidelity,
   EXPECT_EQ(values[256], 14);
   EXPECT_EQ(values[512], 14);
   EXPECT_EQ(values[513], 0);  // between the strided elements: not written
+  // A kernel that is given the host address (an extension module's) would miss the memory:
+  // the check every such kernel gets refuses it.
+  EXPECT_THAT([&] { b->check_kernel_memory("ext()", "array 0", page, page + 64, 0); },
+              ThrowsCaiError(Errc::device_error, HasSubstr("REGISTERED_MEM is 0")));
   // The race detector keeps the kernels' accesses at the host address: a host write that is
   // not ordered after a kernel's races with it.
   const StreamHandle s = b->stream_create(false);

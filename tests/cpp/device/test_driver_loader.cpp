@@ -13,12 +13,12 @@
 #include <set>
 #include <string>
 
+#include "backend/backend.h"
 #include "cai/core/error.h"
 #include "cai_matchers.h"
-#include "device/backend/backend.h"
-#include "device/driver/api.h"
-#include "device/kernels/launch.h"
-#include "device/sim/sim_driver.h"
+#include "driver/api.h"
+#include "kernels/launch.h"
+#include "sim/sim_driver.h"
 
 namespace cai::device {
 namespace {
@@ -52,7 +52,7 @@ TEST(driver_loader, libcuda_is_loaded_once_or_reported_clearly) {
 
 // A driver made of the simulator's symbols, with some replaced.
 struct Fake {
-  std::shared_ptr<detail::SimDriver> sim = std::make_shared<detail::SimDriver>(1);
+  std::shared_ptr<sim::SimDriver> sim = std::make_shared<sim::SimDriver>(1);
   Driver load(std::map<std::string, void*> replaced = {}) {
     return load_driver(
         [&](const char* name) -> void* {

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "device/kernels/cpu.h"
-#include "device/kernels/plan.h"
 #include "grid_runner.h"
 #include "kernel_cases.h"
+#include "kernels/cpu.h"
+#include "kernels/plan.h"
 #include "test_sim_util.h"
 
 namespace cai::device::kernels {

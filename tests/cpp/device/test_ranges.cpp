@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "device/backend/ranges.h"
+#include "backend/ranges.h"
 
 namespace cai::device::detail {
 namespace {

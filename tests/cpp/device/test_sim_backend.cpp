@@ -12,7 +12,7 @@
 
 #include "cai/device/simulator.h"
 #include "cai_matchers.h"
-#include "device/checks.h"
+#include "checks.h"
 #include "test_sim_util.h"
 
 namespace cai::device::detail {

@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "device/sim/client_entries.h"
-#include "device/sim/sim_driver.h"
+#include "sim/client_entries.h"
+#include "sim/sim_driver.h"
 
 namespace cai::device::detail {
 namespace {
@@ -25,7 +25,7 @@ using namespace cu;
 // A simulated driver seen only through its exported lookup, with a current context.
 class Client {
  public:
-  explicit Client(int devices = 1) : sim_(std::make_unique<SimDriver>(devices)) {
+  explicit Client(int devices = 1) : sim_(std::make_unique<sim::SimDriver>(devices)) {
     getproc_ = reinterpret_cast<GetProcAddressFn>(sim_->symbol("cuGetProcAddress_v2"));
   }
   template <class F>
@@ -57,7 +57,7 @@ class Client {
   }
 
  private:
-  std::unique_ptr<SimDriver> sim_;
+  std::unique_ptr<sim::SimDriver> sim_;
   GetProcAddressFn getproc_ = nullptr;
 };
 

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "cai_matchers.h"
-#include "device/driver/api.h"
+#include "driver/api.h"
 #include "test_sim_util.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 namespace {
 
 using cai::test::ThrowsCaiError;
@@ -76,7 +76,7 @@ TEST(sim_driver_rules, every_entry_that_needs_a_context_refuses_a_thread_without
   const auto d = make_sim_driver(1);
   std::set<std::string_view> refused;
   on_new_thread([&] {
-    const DriverApi& a = d->api;
+    const cu::DriverApi& a = d->api;
 #define CAI_TEST_CALL(name, ...)                                                      \
   if (!kContextFree.contains(#name)) {                                                \
     EXPECT_EQ(call_with_zeros(a.name), CUDA_ERROR_INVALID_CONTEXT) << #name;          \
@@ -85,7 +85,7 @@ TEST(sim_driver_rules, every_entry_that_needs_a_context_refuses_a_thread_without
   }
     CAI_DRIVER_ENTRIES(CAI_TEST_CALL)
 #undef CAI_TEST_CALL
-    const SimApi& s = d->sim;
+    const cu::SimApi& s = d->sim;
     for (auto [name, r] : {std::pair{"caiSimDelay", call_with_zeros(s.caiSimDelay)},
                            {"caiSimLaunchHostTask", call_with_zeros(s.caiSimLaunchHostTask)},
                            {"caiSimMemAllocChunked", call_with_zeros(s.caiSimMemAllocChunked)},
@@ -171,7 +171,7 @@ TEST_F(BackendOnNewThreads, memory) {
 
 TEST(sim_driver_rules, overlapping_copies_are_refused_naming_the_rule) {
   const auto d = make_sim_driver(1);
-  const DriverApi& a = d->api;
+  const cu::DriverApi& a = d->api;
   CUcontext ctx = nullptr;
   ASSERT_EQ(a.cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
   ASSERT_EQ(a.cuCtxPushCurrent(ctx), CUDA_SUCCESS);
@@ -262,7 +262,7 @@ TEST(sim_driver_rules, an_exception_escaping_a_host_function_ends_the_process) {
   EXPECT_DEATH(
       {
         const auto d = make_sim_driver(1);
-        const DriverApi& a = d->api;
+        const cu::DriverApi& a = d->api;
         CUcontext ctx = nullptr;
         (void)a.cuDevicePrimaryCtxRetain(&ctx, 0);
         (void)a.cuCtxSetCurrent(ctx);
@@ -293,4 +293,4 @@ TEST(sim_driver_rules, the_backend_keeps_exceptions_inside_its_host_functions) {
 }
 
 }  // namespace
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

@@ -14,8 +14,8 @@
 #include <string>
 #include <thread>
 
-#include "device/driver/api.h"
-#include "device/sim/entry_points.h"
+#include "driver/api.h"
+#include "sim/entry_points.h"
 
 #ifndef CAI_TEST_SIM_DRIVER
 #error "CAI_TEST_SIM_DRIVER: the path of the built libcuda.so.1 (tests/cpp/CMakeLists.txt)"
@@ -97,7 +97,7 @@ TEST(sim_library, exports_the_table_and_nothing_else) {
   for (const std::string& s : exported)
     EXPECT_TRUE(s.starts_with("cu") || s.starts_with("caiSim")) << s << " is exported";
   std::set<std::string> table;
-  for (const detail::AbiRow& r : detail::abi_rows) table.insert(r.symbol);
+  for (const sim::AbiRow& r : sim::abi_rows) table.insert(r.symbol);
   EXPECT_EQ(exported, table);
   // An ABI it does not implement is not exported under the driver's name for it.
   EXPECT_EQ(dlsym(library(), "cuMemAlloc"), nullptr);  // the 32-bit CUDA 2.0 ABI
@@ -208,12 +208,12 @@ TEST(sim_library, every_entry_reaches_one_driver) {
   EXPECT_EQ(base, p);
   EXPECT_EQ(size, 4096u);
   // The simulator's own entries too: the call counts include the calls above.
-  unsigned long long counts[detail::k_entry_count] = {};
+  unsigned long long counts[sim::k_entry_count] = {};
   ASSERT_EQ(entry<CUresult (*)(unsigned long long*, std::size_t)>("caiSimGetCallCounts")(
-                counts, detail::k_entry_count),
+                counts, sim::k_entry_count),
             CUDA_SUCCESS);
-  EXPECT_EQ(counts[detail::k_cuMemAlloc], 1u);
-  EXPECT_EQ(counts[detail::k_cuMemGetAddressRange], 1u);
+  EXPECT_EQ(counts[sim::k_cuMemAlloc], 1u);
+  EXPECT_EQ(counts[sim::k_cuMemGetAddressRange], 1u);
 }
 
 TEST(sim_library, adapters_take_the_context_argument) {

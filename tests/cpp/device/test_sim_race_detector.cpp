@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "cai_matchers.h"
-#include "device/sim/race_detector.h"
+#include "sim/race_detector.h"
 #include "test_sim_util.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 namespace {
 
 using cai::test::ThrowsCaiError;
@@ -150,4 +150,4 @@ TEST_F(RaceDetectorTest, writes_coalesce_the_history) {
 }
 
 }  // namespace
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cai_matchers.h"
-#include "device/sim/device_heap.h"
+#include "sim/device_heap.h"
 #include "test_sim_util.h"
 
 #if defined(CAI_TEST_COVERAGE)
@@ -28,13 +28,13 @@ using test::addr;
 using ::testing::HasSubstr;
 
 TEST(device_heap_test, allocates_merges_and_hands_freed_addresses_out_last) {
-  DeviceHeap heap(std::size_t{1} << 20);
+  sim::DeviceHeap heap(std::size_t{1} << 20);
   const std::uint64_t a = heap.allocate(100), b = heap.allocate(5000), c = heap.allocate(1);
   ASSERT_NE(a, 0u);
   ASSERT_NE(b, 0u);
   ASSERT_NE(c, 0u);
   for (std::uint64_t p : {a, b, c}) {
-    EXPECT_EQ(p % DeviceHeap::alignment, 0u);
+    EXPECT_EQ(p % sim::DeviceHeap::alignment, 0u);
     EXPECT_TRUE(heap.contains(p));
   }
   // The CPU reaches the memory at its alias; the device address itself is not readable.

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "device/checks.h"
+#include "checks.h"
 #include "test_sim_util.h"
 
 namespace cai::device::detail {

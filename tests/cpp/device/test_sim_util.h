@@ -13,11 +13,11 @@
 #include <string>
 #include <string_view>
 
+#include "backend/backend.h"
 #include "cai/core/layout.h"
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
-#include "device/backend/backend.h"
-#include "device/sim/sim_driver.h"
+#include "sim/sim_driver.h"
 
 namespace cai::device::detail {
 
@@ -25,7 +25,7 @@ namespace cai::device::detail {
 /// backend uses the one simulated driver of the process, libcuda.so.1; tests that need a fresh
 /// one, or several, make their own).
 inline std::unique_ptr<Backend> make_sim_backend(int devices = 1) {
-  return make_backend(make_sim_driver(devices));
+  return make_backend(sim::make_sim_driver(devices));
 }
 
 }  // namespace cai::device::detail
@@ -64,7 +64,7 @@ inline Operand host_buffer(const void* p, Dims shape, std::int64_t itemsize) {
 class Simulator : public Backend {
  public:
   explicit Simulator(int devices = 1)
-      : Backend(std::make_unique<detail::BackendState>(detail::make_sim_driver(devices))) {}
+      : Backend(std::make_unique<detail::BackendState>(sim::make_sim_driver(devices))) {}
 
   void delay(StreamHandle s, double seconds) { sim::delay(*this, s, seconds); }
   void host_access(const sim::Access& a, std::string_view what = "host_access") {

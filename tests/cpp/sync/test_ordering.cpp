@@ -7,9 +7,9 @@
 #include <future>
 #include <thread>
 
+#include "backend/backend.h"
 #include "cai/device/backend.h"
 #include "cai/sync/ordering.h"
-#include "device/backend/backend.h"
 #include "device/test_sim_util.h"
 
 namespace cai::sync {

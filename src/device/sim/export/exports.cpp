@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <type_traits>
 
-#include "device/sim/entry_points.h"
+#include "sim/entry_points.h"
 
-namespace cai::device::detail {
+namespace cai::device::sim {
 namespace {
 
 // The process's simulated driver, made on first use with CAI_SIM_DEVICES devices and never
@@ -23,9 +23,9 @@ SimDriver* process_driver() {
 }
 
 }  // namespace
-}  // namespace cai::device::detail
+}  // namespace cai::device::sim
 
-namespace sim = cai::device::detail;
+namespace sim = cai::device::sim;
 using sim::SimDriver;
 
 // clang-format off

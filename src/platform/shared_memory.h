@@ -12,22 +12,9 @@
 #include <memory>
 #include <string>
 
-namespace cai::device::detail {
+#include "process_id.h"
 
-/// A process, told apart from a later one with the same pid by its start time.
-struct ProcessId {
-  std::int32_t pid = 0;
-  std::uint64_t start_time = 0;  ///< clock ticks after boot (field 22 of /proc/<pid>/stat)
-
-  static ProcessId self();
-  /// True while this very process runs (false once it exited, even if its pid was reused).
-  bool alive() const;
-  bool operator==(const ProcessId&) const = default;
-};
-
-/// This boot of this machine (/proc/sys/kernel/random/boot_id): a handle carries it, so that
-/// one made on another machine or before a reboot is refused by name.
-const std::string& boot_id();
+namespace cai::platform {
 
 /// A shared segment mapped into this process.
 class SharedMapping {
@@ -71,4 +58,4 @@ void shared_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
                  std::chrono::milliseconds timeout) noexcept;
 void shared_wake_all(std::atomic<std::uint32_t>& word) noexcept;
 
-}  // namespace cai::device::detail
+}  // namespace cai::platform

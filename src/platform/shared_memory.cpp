@@ -1,4 +1,4 @@
-#include "device/shared_memory.h"
+#include "shared_memory.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -15,7 +15,7 @@
 
 #include "cai/core/error.h"
 
-namespace cai::device::detail {
+namespace cai::platform {
 
 namespace {
 
@@ -24,48 +24,11 @@ std::size_t page_size() {
   return size;
 }
 
-// Field 22 of /proc/<pid>/stat, or 0 when the process does not exist.
-std::uint64_t start_time_of(std::int32_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // The command name (field 2) is in parentheses and may hold spaces or parentheses itself.
-  const auto close = text.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(text.substr(close + 1));
-  std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i) {
-    if (i == 22) return std::stoull(field);
-  }
-  return 0;
-}
-
 std::string errno_text(int e) {
   return std::strerror(e);
 }
 
 }  // namespace
-
-ProcessId ProcessId::self() {
-  static const ProcessId me{static_cast<std::int32_t>(::getpid()), start_time_of(::getpid())};
-  // After fork() the child is another process: only the cached value of the parent is wrong.
-  if (me.pid != ::getpid())
-    return {static_cast<std::int32_t>(::getpid()), start_time_of(::getpid())};
-  return me;
-}
-
-bool ProcessId::alive() const {
-  return pid > 0 && start_time_of(pid) == start_time;
-}
-
-const std::string& boot_id() {
-  static const std::string id = [] {
-    std::ifstream in("/proc/sys/kernel/random/boot_id");
-    std::string s;
-    std::getline(in, s);
-    return s;
-  }();
-  return id;
-}
 
 std::shared_ptr<SharedMapping> SharedMapping::create(std::size_t bytes, const char* name) {
   const int fd = static_cast<int>(::syscall(SYS_memfd_create, name, MFD_CLOEXEC));
@@ -175,4 +138,4 @@ void shared_wake_all(std::atomic<std::uint32_t>& word) noexcept {
                   nullptr, nullptr, 0);
 }
 
-}  // namespace cai::device::detail
+}  // namespace cai::platform
