@@ -242,30 +242,18 @@ CUresult SimDriver::cuStreamCreateWithPriority(CUstream* stream, unsigned int fl
 }
 
 CUresult SimDriver::cuStreamGetPriority(CUstream stream, int* priority) {
-  if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard lk(mu_);
-  std::shared_ptr<Stream> s;
-  if (CUresult r = resolve_locked(stream, s)) return r;
-  *priority = s->priority;
-  return CUDA_SUCCESS;
+  return read_stream(stream, priority, [](const Stream& s) { return s.priority; });
 }
 
 CUresult SimDriver::cuStreamGetFlags(CUstream stream, unsigned int* flags) {
-  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard lk(mu_);
-  std::shared_ptr<Stream> s;
-  if (CUresult r = resolve_locked(stream, s)) return r;
-  *flags = s->non_blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
-  return CUDA_SUCCESS;
+  return read_stream(stream, flags, [](const Stream& s) {
+    return static_cast<unsigned int>(s.non_blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT);
+  });
 }
 
 CUresult SimDriver::cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
-  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard lk(mu_);
-  std::shared_ptr<Stream> s;
-  if (CUresult r = resolve_locked(stream, s)) return r;
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;  // graphs and capture are not simulated
-  return CUDA_SUCCESS;
+  // Graphs and capture are not simulated.
+  return read_stream(stream, status, [](const Stream&) { return CU_STREAM_CAPTURE_STATUS_NONE; });
 }
 
 // ---------------------------------------------------------------------------------------------

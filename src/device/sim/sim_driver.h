@@ -223,6 +223,17 @@ class SimDriver {
   int current_locked();
   CUresult need_context_locked(int& device);
   CUresult resolve_locked(CUstream s, std::shared_ptr<Stream>& out);
+  /// A stream's property for a cu*Get* entry: INVALID_VALUE for a null `out`, the handle
+  /// resolved as every entry resolves it, then `*out = read(stream)`, under the lock.
+  template <class T, class Read>
+  CUresult read_stream(CUstream h, T* out, Read read) {
+    if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard lk(mu_);
+    std::shared_ptr<Stream> s;
+    if (CUresult r = resolve_locked(h, s)) return r;
+    *out = read(*s);
+    return CUDA_SUCCESS;
+  }
   std::shared_ptr<Stream> new_stream_locked(std::uint64_t handle, std::string label, int device,
                                             bool non_blocking);
   Event* event_locked(CUevent e);

@@ -342,12 +342,8 @@ CUresult SimDriver::cuStreamQuery(CUstream h) {
 }
 
 CUresult SimDriver::cuStreamGetCtx(CUstream h, CUcontext* context) {
-  if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard lk(mu_);
-  std::shared_ptr<Stream> s;
-  if (CUresult r = resolve_locked(h, s)) return r;
-  *context = context_handle(instance_, s->device);
-  return CUDA_SUCCESS;
+  return read_stream(h, context,
+                     [&](const Stream& s) { return context_handle(instance_, s.device); });
 }
 
 // The driver calls a host function from its own thread, through C frames: an exception that
