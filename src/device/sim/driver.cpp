@@ -275,11 +275,19 @@ CUresult SimDriver::caiSimInjectError(const char* entry, CUresult result, unsign
   return CUDA_SUCCESS;
 }
 
-CUresult SimDriver::caiSimGetCallCounts(unsigned long long* counts, std::size_t count) {
-  if (counts == nullptr && count != 0) return CUDA_ERROR_INVALID_VALUE;
-  for (std::size_t i = 0; i < count && i < k_entry_count; ++i)
-    counts[i] = calls_[i].load(std::memory_order_relaxed);
+namespace {
+// One counter per entry point into the caller's array of `count` (fewer when it is shorter).
+CUresult copy_counters(const std::atomic<std::uint64_t>* from, std::size_t entries,
+                       unsigned long long* out, std::size_t count) {
+  if (out == nullptr && count != 0) return CUDA_ERROR_INVALID_VALUE;
+  for (std::size_t i = 0; i < count && i < entries; ++i)
+    out[i] = from[i].load(std::memory_order_relaxed);
   return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult SimDriver::caiSimGetCallCounts(unsigned long long* counts, std::size_t count) {
+  return copy_counters(calls_.get(), k_entry_count, counts, count);
 }
 
 CUresult SimDriver::caiSimResetCallCounts() {
@@ -296,10 +304,7 @@ CUresult SimDriver::caiSimTimeCalls(int on) {
 }
 
 CUresult SimDriver::caiSimGetCallTimes(unsigned long long* ns, std::size_t count) {
-  if (ns == nullptr && count != 0) return CUDA_ERROR_INVALID_VALUE;
-  for (std::size_t i = 0; i < count && i < k_entry_count; ++i)
-    ns[i] = times_[i].load(std::memory_order_relaxed);
-  return CUDA_SUCCESS;
+  return copy_counters(times_.get(), k_entry_count, ns, count);
 }
 
 CUresult SimDriver::caiSimGetErrorDetail(const char** detail) {
