@@ -201,6 +201,26 @@ def _check_all_used(frames: list[Any], used: int, family: str) -> None:
                          f"{len(frames)} came")
 
 
+_Reader = Callable[[Header, list[Any], int, str, int], "tuple[DeviceNDArray, int]"]
+
+
+def _then_mask(arr: DeviceNDArray, reader: _Reader, mask_header: Header | None,
+               frames: list[Any], index: int, path: str,
+               depth: int) -> tuple[DeviceNDArray, int]:
+    """`arr` with its mask, which `reader` reads from frame `index` on (its header nested)."""
+    mask = None
+    if mask_header is not None:
+        mask, index = reader(mask_header, frames, index, path + "mask.", depth + 1)
+    return _with_mask(arr, mask), index
+
+
+def _read_all(reader: _Reader, header: Header, frames: list[Any], family: str) -> DeviceNDArray:
+    """The array of a whole message: every frame must be used."""
+    arr, used = reader(header, frames, 0, "", 0)
+    _check_all_used(frames, used, family)
+    return arr
+
+
 # ----- the "dask" family: host frames -------------------------------------------------------
 
 def _serialize_host(x: DeviceNDArray) -> tuple[Header, list[memoryview]]:
@@ -240,17 +260,11 @@ def _read_host(header: Header, frames: list[Any], index: int, path: str,
     else:
         flat = np.frombuffer(frame, dtype=dtype)
         arr = _cai.to_device(flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape))
-    index += 1
-    mask = None
-    if mask_header is not None:
-        mask, index = _read_host(mask_header, frames, index, path + "mask.", depth + 1)
-    return _with_mask(arr, mask), index
+    return _then_mask(arr, _read_host, mask_header, frames, index + 1, path, depth)
 
 
 def _deserialize_host(header: Header, frames: list[Any]) -> DeviceNDArray:
-    arr, used = _read_host(header, frames, 0, "", 0)
-    _check_all_used(frames, used, "dask")
-    return arr
+    return _read_all(_read_host, header, frames, "dask")
 
 
 # ----- the "cuda" family: device frames -----------------------------------------------------
@@ -332,16 +346,11 @@ def _read_device(header: Header, frames: list[Any], index: int, path: str,
         if ml or (dtype.names is not None and _ml_fields(dtype)):
             arr = arr.view(dtype)  # the CAI has no typestr for ml_dtypes' types
         index += 1
-    mask = None
-    if mask_header is not None:
-        mask, index = _read_device(mask_header, frames, index, path + "mask.", depth + 1)
-    return _with_mask(arr, mask), index
+    return _then_mask(arr, _read_device, mask_header, frames, index, path, depth)
 
 
 def _deserialize_device(header: Header, frames: list[Any]) -> DeviceNDArray:
-    arr, used = _read_device(header, frames, 0, "", 0)
-    _check_all_used(frames, used, "cuda")
-    return arr
+    return _read_all(_read_device, header, frames, "cuda")
 
 
 def register() -> None:
