@@ -13,30 +13,21 @@
 
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
+#include "driver_calls.h"
 
 namespace cai {
 namespace {
 
 using device::StreamHandle;
-using Calls = std::map<std::string, std::uint64_t>;
-
-std::uint64_t count(const Calls& calls, const std::string& name) {
-  const auto it = calls.find(name);
-  return it == calls.end() ? 0 : it->second;
-}
+using test::Calls;
+using test::calls_of;
+using test::count;
 
 // Every call but the context check before an event record (a thread-local read in the driver).
 std::uint64_t total(const Calls& calls) {
   std::uint64_t n = 0;
   for (const auto& [name, c] : calls) n += c;
   return n - count(calls, "cuCtxGetCurrent");
-}
-
-template <class F>
-Calls calls_of(device::Backend& b, F&& step) {
-  device::sim::reset_driver_calls(b);
-  step();
-  return device::sim::driver_calls(b);
 }
 
 class ImportTest : public ::testing::Test {

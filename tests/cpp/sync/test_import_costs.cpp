@@ -13,18 +13,16 @@
 #include "cai/device/backend.h"
 #include "cai/device/simulator.h"
 #include "cai/sync/ordering.h"
+#include "driver_calls.h"
 
 namespace cai::sync {
 namespace {
 
 using device::kLegacyDefaultStream;
 using device::kPerThreadDefaultStream;
-using Calls = std::map<std::string, std::uint64_t>;
-
-std::uint64_t count(const Calls& calls, const std::string& name) {
-  const auto it = calls.find(name);
-  return it == calls.end() ? 0 : it->second;
-}
+using test::Calls;
+using test::calls_of;
+using test::count;
 
 // Every call but the context check that precedes each event record (cuCtxGetCurrent, a
 // thread-local read in the driver), which is checked to be at most one per record.
@@ -34,14 +32,6 @@ std::uint64_t total(const Calls& calls) {
   const std::uint64_t checks = count(calls, "cuCtxGetCurrent");
   EXPECT_LE(checks, count(calls, "cuEventRecord")) << "a context check without an event record";
   return n - checks;
-}
-
-// The driver calls `step` makes.
-template <class F>
-Calls calls_of(device::Backend& b, F&& step) {
-  device::sim::reset_driver_calls(b);
-  step();
-  return device::sim::driver_calls(b);
 }
 
 // One operation on `work` touching `state` (the shape of every cai operation: order, enqueue,
