@@ -22,13 +22,7 @@ using device::StreamHandle;
 using test::Calls;
 using test::calls_of;
 using test::count;
-
-// Every call but the context check before an event record (a thread-local read in the driver).
-std::uint64_t total(const Calls& calls) {
-  std::uint64_t n = 0;
-  for (const auto& [name, c] : calls) n += c;
-  return n - count(calls, "cuCtxGetCurrent");
-}
+using test::total;
 
 class ImportTest : public ::testing::Test {
  protected:

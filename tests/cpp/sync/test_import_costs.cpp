@@ -23,16 +23,7 @@ using device::kPerThreadDefaultStream;
 using test::Calls;
 using test::calls_of;
 using test::count;
-
-// Every call but the context check that precedes each event record (cuCtxGetCurrent, a
-// thread-local read in the driver), which is checked to be at most one per record.
-std::uint64_t total(const Calls& calls) {
-  std::uint64_t n = 0;
-  for (const auto& [name, c] : calls) n += c;
-  const std::uint64_t checks = count(calls, "cuCtxGetCurrent");
-  EXPECT_LE(checks, count(calls, "cuEventRecord")) << "a context check without an event record";
-  return n - checks;
-}
+using test::total;
 
 // One operation on `work` touching `state` (the shape of every cai operation: order, enqueue,
 // finish); the enqueue itself is left out so that only the ordering is counted.

@@ -8,9 +8,9 @@
 #include <future>
 #include <variant>
 
+#include "backend/backend.h"
 #include "cai/device/backend.h"
 #include "cai/sync/ordering.h"
-#include "backend/backend.h"
 
 namespace cai::sync {
 namespace {
