@@ -188,6 +188,15 @@ TEST(backend_paths, a_refused_host_function_is_released_and_reported) {
   EXPECT_TRUE(alive.expired());  // the function was freed, not leaked
   EXPECT_THAT([&] { b->event_record(0, kLegacyDefaultStream); },
               ThrowsCaiError(Errc::value_error, HasSubstr("event handle 0 is not an event")));
+  // Both handles bad: the message names the first of the entry's parameters.
+  EXPECT_THAT([&] { b->event_record(0, 0); },
+              ThrowsCaiError(Errc::value_error,
+                             HasSubstr("event_record(): event handle 0 is not an event")));
+  EXPECT_THAT([&] { b->stream_wait_event(0, 0); },
+              ThrowsCaiError(Errc::value_error, HasSubstr("stream_wait_event(): stream 0")));
+  EXPECT_THAT([&] { b->stream_wait_event(kLegacyDefaultStream, 0); },
+              ThrowsCaiError(Errc::value_error,
+                             HasSubstr("stream_wait_event(): event handle 0 is not an event")));
 }
 
 TEST(backend_paths, a_free_that_fails_on_the_free_thread_leaks_only_that_allocation) {
