@@ -27,14 +27,7 @@ bool SimDriver::device_memory_locked(std::uint64_t ptr) const {
 }
 
 CUresult SimDriver::sync_locked(std::unique_lock<std::mutex>& lk, bool wait) {
-  if (!wait) return CUDA_SUCCESS;
-  std::shared_ptr<Stream> s;
-  if (CUresult r = resolve_locked(nullptr, s)) return r;
-  const std::uint64_t target = s->enqueued;
-  const VectorClock clock = s->clock;
-  wait_locked(lk, *s, target);
-  join(host_clock_, clock);
-  return sticky_locked(*s, target);
+  return wait ? stream_synchronize_locked(lk, nullptr) : CUDA_SUCCESS;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -253,67 +246,71 @@ CUresult SimDriver::cuMemAllocFromPoolAsync(CUdeviceptr* ptr, std::size_t bytes,
   return cuMemAllocAsync(ptr, bytes, stream);
 }
 
-CUresult SimDriver::cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute,
-                                          void* value) {
+template <class Use>
+CUresult SimDriver::pool_attribute(CUmemoryPool pool, const void* value, const char* entry,
+                                   Use use) {
   const int device = pool_device(pool);
   if (device < 0 || value == nullptr)
-    return fail(CUDA_ERROR_INVALID_VALUE, "cuMemPoolGetAttribute: not a pool of the simulator");
+    return fail(CUDA_ERROR_INVALID_VALUE, std::string(entry) + ": not a pool of the simulator");
   std::lock_guard lk(mu_);
-  const DeviceState& ds = device_state_[static_cast<std::size_t>(device)];
-  switch (attribute) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-      *static_cast<int*>(value) = ds.pool_reuse[attribute - 1];
-      return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-      *static_cast<cuuint64_t*>(value) = ds.pool_release_threshold;
-      return CUDA_SUCCESS;
-    // The simulator reserves exactly what is in use.
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
-      *static_cast<cuuint64_t*>(value) = ds.pool_used;
-      return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-      *static_cast<cuuint64_t*>(value) = ds.pool_used_high;
-      return CUDA_SUCCESS;
-  }
-  return fail(
-      CUDA_ERROR_INVALID_VALUE,
-      "memory pool attribute " + std::to_string(static_cast<int>(attribute)) + " is not simulated");
+  return use(device_state_[static_cast<std::size_t>(device)]);
+}
+
+CUresult SimDriver::cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute,
+                                          void* value) {
+  return pool_attribute(pool, value, "cuMemPoolGetAttribute", [&](const DeviceState& ds) {
+    switch (attribute) {
+      case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+      case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+      case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        *static_cast<int*>(value) = ds.pool_reuse[attribute - 1];
+        return CUDA_SUCCESS;
+      case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        *static_cast<cuuint64_t*>(value) = ds.pool_release_threshold;
+        return CUDA_SUCCESS;
+      // The simulator reserves exactly what is in use.
+      case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+      case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+        *static_cast<cuuint64_t*>(value) = ds.pool_used;
+        return CUDA_SUCCESS;
+      case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        *static_cast<cuuint64_t*>(value) = ds.pool_used_high;
+        return CUDA_SUCCESS;
+    }
+    return fail(CUDA_ERROR_INVALID_VALUE, "memory pool attribute " +
+                                              std::to_string(static_cast<int>(attribute)) +
+                                              " is not simulated");
+  });
 }
 
 CUresult SimDriver::cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute,
                                           void* value) {
-  const int device = pool_device(pool);
-  if (device < 0 || value == nullptr)
-    return fail(CUDA_ERROR_INVALID_VALUE, "cuMemPoolSetAttribute: not a pool of the simulator");
-  std::lock_guard lk(mu_);
-  DeviceState& ds = device_state_[static_cast<std::size_t>(device)];
-  switch (attribute) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-      ds.pool_reuse[attribute - 1] = *static_cast<const int*>(value) != 0 ? 1 : 0;
-      return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-      ds.pool_release_threshold = *static_cast<const cuuint64_t*>(value);
-      return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-      // The documented reset: only to 0, which sets the watermark to the current amount.
-      if (*static_cast<const cuuint64_t*>(value) != 0)
-        return fail(CUDA_ERROR_INVALID_VALUE, "a pool's high watermark can only be reset to 0");
-      ds.pool_used_high = ds.pool_used;
-      return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
-      break;
-  }
-  return fail(
-      CUDA_ERROR_INVALID_VALUE,
-      "memory pool attribute " + std::to_string(static_cast<int>(attribute)) + " cannot be set");
+  return pool_attribute(pool, value, "cuMemPoolSetAttribute", [&](DeviceState& ds) {
+    switch (attribute) {
+      case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+      case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+      case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        ds.pool_reuse[attribute - 1] = *static_cast<const int*>(value) != 0 ? 1 : 0;
+        return CUDA_SUCCESS;
+      case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        ds.pool_release_threshold = *static_cast<const cuuint64_t*>(value);
+        return CUDA_SUCCESS;
+      case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        // The documented reset: only to 0, which sets the watermark to the current amount.
+        if (*static_cast<const cuuint64_t*>(value) != 0)
+          return fail(CUDA_ERROR_INVALID_VALUE, "a pool's high watermark can only be reset to 0");
+        ds.pool_used_high = ds.pool_used;
+        return CUDA_SUCCESS;
+      case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+      case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+        break;
+    }
+    return fail(
+        CUDA_ERROR_INVALID_VALUE,
+        "memory pool attribute " + std::to_string(static_cast<int>(attribute)) + " cannot be set");
+  });
 }
 
 CUresult SimDriver::cuMemPoolTrimTo(CUmemoryPool pool, std::size_t keep_bytes) {

@@ -265,6 +265,9 @@ class SimDriver {
   CUresult sticky_locked(Stream& s, std::uint64_t upto);
   void release_locked(const std::shared_ptr<Stream>& s);
   void wait_locked(std::unique_lock<std::mutex>& lk, const Stream& s, std::uint64_t seq);
+  /// cuStreamSynchronize under the lock: waits for the work enqueued on h so far, orders the
+  /// host after it and returns the stream's sticky error.
+  CUresult stream_synchronize_locked(std::unique_lock<std::mutex>& lk, CUstream h);
   /// Waits for all work queued so far on every stream.
   void drain_locked(std::unique_lock<std::mutex>& lk);
   void schedule_locked(const std::shared_ptr<Stream>& s);
@@ -298,6 +301,10 @@ class SimDriver {
   bool device_memory_locked(std::uint64_t ptr) const;
   /// The device of one of this instance's default pools, or -1.
   int pool_device(CUmemoryPool pool) const;
+  /// cuMemPoolGet/SetAttribute: `use` on the state of the device whose default pool is `pool`,
+  /// under the lock; fails first (naming `entry`) for another pool or a null value.
+  template <class Use>
+  CUresult pool_attribute(CUmemoryPool pool, const void* value, const char* entry, Use use);
   /// Frees every resource of `device`'s primary context (its last release, or a reset).
   void reset_device_locked(std::unique_lock<std::mutex>& lk, int device);
 

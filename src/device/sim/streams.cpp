@@ -320,8 +320,7 @@ CUresult SimDriver::cuStreamDestroy(CUstream h) {
   return CUDA_SUCCESS;
 }
 
-CUresult SimDriver::cuStreamSynchronize(CUstream h) {
-  std::unique_lock lk(mu_);
+CUresult SimDriver::stream_synchronize_locked(std::unique_lock<std::mutex>& lk, CUstream h) {
   std::shared_ptr<Stream> s;
   if (CUresult r = resolve_locked(h, s)) return r;
   const std::uint64_t target = s->enqueued;
@@ -329,6 +328,11 @@ CUresult SimDriver::cuStreamSynchronize(CUstream h) {
   wait_locked(lk, *s, target);
   join(host_clock_, clock);
   return sticky_locked(*s, target);
+}
+
+CUresult SimDriver::cuStreamSynchronize(CUstream h) {
+  std::unique_lock lk(mu_);
+  return stream_synchronize_locked(lk, h);
 }
 
 CUresult SimDriver::cuStreamQuery(CUstream h) {

@@ -529,6 +529,13 @@ TEST(SimClientTest, DefaultPoolAllocatesAndReportsItsUse) {
   EXPECT_EQ(CLI(c, cuMemPoolTrimTo)(same, 0), CUDA_SUCCESS);
   const auto bogus = reinterpret_cast<CUmemoryPool>(std::uintptr_t{0x1234});
   EXPECT_EQ(CLI(c, cuMemPoolTrimTo)(bogus, 0), CUDA_ERROR_INVALID_VALUE);
+  // Each attribute entry names itself, for another pool and for a null value alike.
+  EXPECT_EQ(CLI(c, cuMemPoolGetAttribute)(bogus, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &high),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c.detail(), "cuMemPoolGetAttribute: not a pool of the simulator");
+  EXPECT_EQ(CLI(c, cuMemPoolSetAttribute)(same, CU_MEMPOOL_ATTR_USED_MEM_HIGH, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c.detail(), "cuMemPoolSetAttribute: not a pool of the simulator");
   EXPECT_EQ(CLI(c, cuMemAllocFromPoolAsync)(&a, 8, bogus, s), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(DRV(c, cuMemFreeAsync)(b, s), CUDA_SUCCESS);
   EXPECT_EQ(DRV(c, cuStreamDestroy)(s), CUDA_SUCCESS);
