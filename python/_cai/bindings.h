@@ -5,7 +5,17 @@
 
 #include <nanobind/nanobind.h>
 
+#include <initializer_list>
+
 namespace cai::python {
+
+/// A dict of C++ values under their keys, in order: dict_of({"name"_a = p.name, ...}) (each value
+/// converted as a binding's result is).
+inline nanobind::dict dict_of(std::initializer_list<nanobind::arg_v> fields) {
+  nanobind::dict d;
+  for (const nanobind::arg_v& f : fields) d[f.name_] = f.value;
+  return d;
+}
 
 void bind_errors(nanobind::module_& m);     // errors.cpp: cai.DeviceError, cai.RaceError
 void bind_core(nanobind::module_& m);       // core.cpp: cai._cai.core probes

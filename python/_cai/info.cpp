@@ -8,20 +8,17 @@
 namespace cai::python {
 
 namespace nb = nanobind;
+using namespace nb::literals;
 
 void bind_info(nb::module_& m) {
   m.def(
       "_cuda_info",
       [] {
         const device::CudaInfo info = device::cuda_info();
-        nb::dict d;
-        d["api_version"] = info.api_version;
-        d["kernels"] = info.kernels;
-        d["driver_loaded"] = info.driver_loaded;
-        d["driver_version"] = info.driver_version;
-        d["devices"] = info.devices;
-        d["error"] = info.error;
-        return d;
+        return dict_of({"api_version"_a = info.api_version, "kernels"_a = info.kernels,
+                        "driver_loaded"_a = info.driver_loaded,
+                        "driver_version"_a = info.driver_version, "devices"_a = info.devices,
+                        "error"_a = info.error});
       },
       nb::sig("def _cuda_info() -> dict[str, typing.Any]"),
       "The CUDA headers cai was built with, its kernels, and the driver found at run time.");
@@ -32,13 +29,10 @@ void bind_info(nb::module_& m) {
         nb::list out;
         for (int i = 0; i < b.device_count(); ++i) {
           const device::DeviceProperties p = b.properties(i);
-          nb::dict d;
-          d["ordinal"] = p.ordinal;
-          d["name"] = p.name;
-          d["compute_capability"] = nb::make_tuple(p.compute_major, p.compute_minor);
-          d["total_memory"] = p.total_memory;
-          d["multiprocessors"] = p.multiprocessors;
-          out.append(d);
+          out.append(dict_of(
+              {"ordinal"_a = p.ordinal, "name"_a = p.name,
+               "compute_capability"_a = nb::make_tuple(p.compute_major, p.compute_minor),
+               "total_memory"_a = p.total_memory, "multiprocessors"_a = p.multiprocessors}));
         }
         return out;
       },

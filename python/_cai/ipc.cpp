@@ -179,6 +179,7 @@ nb::object handle_from_fields(nb::args f) {
 }  // namespace
 
 void bind_ipc(nb::module_& m) {
+  using namespace nb::literals;
   auto cls = nb::class_<PyIpcHandle>(
       m, "IpcHandle",
       "A device array shared with other processes of this machine (CUDA IPC). Pickle it (or "
@@ -326,12 +327,8 @@ void bind_ipc(nb::module_& m) {
       "_ipc_records",
       [] {
         const IpcRecords r = ipc_records();
-        nb::dict d;
-        d["opened"] = r.opened;
-        d["imports"] = r.imports;
-        d["leases"] = r.leases;
-        d["controls"] = r.controls;
-        return d;
+        return dict_of({"opened"_a = r.opened, "imports"_a = r.imports, "leases"_a = r.leases,
+                        "controls"_a = r.controls});
       },
       nb::sig("def _ipc_records() -> dict[str, int]"),
       "What this process keeps about IPC (tests prove it stays bounded).");
