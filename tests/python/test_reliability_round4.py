@@ -559,6 +559,7 @@ def test_host_writes_to_managed_memory_change_the_dask_token(make):
     from dask.tokenize import tokenize
     a = make(6, dtype=np.float64)
     cai.ops.fill(a, 1.0)
+    a.synchronize()                       # the host reads it next (the fill is asynchronous)
     host = np.asarray(a)                  # a view of the same memory
     first = tokenize(a)
     assert tokenize(a) == first           # deterministic while nothing writes
