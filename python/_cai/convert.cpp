@@ -57,6 +57,11 @@ std::string short_repr(nb::handle o) {
 
 std::int64_t read_int64(nb::handle o, std::string_view what, std::string_view expected,
                         Errc range) {
+  if (PyLong_CheckExact(o.ptr())) {  // the usual case: no reference taken, no Python code
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(o.ptr(), &overflow);
+    if (!overflow) return v;
+  }
   nb::object i = as_int(o, what, expected);
   int overflow = 0;
   const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);

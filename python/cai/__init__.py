@@ -102,15 +102,7 @@ __all__ = [
     "profile_start", "profile_stop", "profiling", "HostFallbackWarning",
 ]
 
-from typing import TYPE_CHECKING as _TYPE_CHECKING
-
-if _TYPE_CHECKING:
-    from ._mapped import ManagedNDArray as ManagedNDArray, MappedNDArray as MappedNDArray
-
-
-def __getattr__(name: str) -> object:
-    # NumPy subclasses, defined once NumPy is wanted: `import cai` does not load NumPy.
-    if name in ("ManagedNDArray", "MappedNDArray"):
-        from . import _mapped
-        return getattr(_mapped, name)
-    raise AttributeError(f"module 'cai' has no attribute {name!r}")
+# NumPy's subclasses, defined at import: a module-level __getattr__ (PEP 562) would keep them
+# lazy, but it also stops CPython from specializing every `cai.<name>` lookup, a cost paid on
+# each call (docs/python.md, "Importing cai").
+from ._mapped import ManagedNDArray, MappedNDArray

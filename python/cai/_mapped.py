@@ -1,7 +1,7 @@
 """Managed and mapped arrays as NumPy arrays (as Numba's MappedNDArray and ManagedNDArray):
 an ndarray subclass over the memory of a cai array (managed, or page-locked and mapped), which
-also exports __cuda_array_interface__ for its own bytes. Imported on first use: `import cai`
-does not load NumPy. Decisions: docs/python.md, "Managed and mapped arrays"."""
+also exports __cuda_array_interface__ for its own bytes. Decisions: docs/python.md, "Managed
+and mapped arrays" and "Importing cai"."""
 
 from typing import Any, Literal, TypeVar, cast
 

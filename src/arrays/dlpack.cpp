@@ -86,9 +86,9 @@ DlpackArray read_tensor(const DLTensor& t, DlpackImport info, bool padded, const
   if (t.ndim > 0 && !t.shape)
     throw_error(Errc::buffer_error,
                 std::string(entry) + ": shape is NULL with ndim " + std::to_string(t.ndim));
-  DlpackArray out;
+  DType dtype;
   try {
-    out.dtype = DType::from_dlpack(t.dtype);
+    dtype = DType::from_dlpack(t.dtype);
   } catch (const Error& e) {
     throw_error(Errc::buffer_error, e.what());
   }
@@ -99,10 +99,15 @@ DlpackArray read_tensor(const DLTensor& t, DlpackImport info, bool padded, const
                     "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED), and cai stores one element "
                     "per byte as ml_dtypes does; unpack them in the producer first");
   const auto n = static_cast<std::size_t>(t.ndim);
-  Dims shape(std::span<const std::int64_t>(t.shape, n));
-  Dims strides(n);
-  const std::int64_t itemsize = out.dtype.itemsize();
+  const std::span<const std::int64_t> shape(t.shape, n);
+  for (std::size_t i = 0; i < n; ++i)
+    if (shape[i] < 0)
+      throw_error(Errc::buffer_error, std::string(entry) + ": shape[" + std::to_string(i) +
+                                          "] is negative (" + std::to_string(shape[i]) + ")");
+  const std::int64_t itemsize = dtype.itemsize();
+  Dims strides;
   if (t.strides) {
+    strides.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
       if (__builtin_mul_overflow(t.strides[i], itemsize, &strides[i]))
         throw_error(Errc::buffer_error, std::string(entry) + ": stride " +
@@ -113,18 +118,14 @@ DlpackArray read_tensor(const DLTensor& t, DlpackImport info, bool padded, const
     // NULL strides (producers before DLPack 1.2): compact row-major.
     strides = Layout::c_strides(shape, itemsize);
   }
-  for (std::size_t i = 0; i < n; ++i)
-    if (shape[i] < 0)
-      throw_error(Errc::buffer_error, std::string(entry) + ": shape[" + std::to_string(i) +
-                                          "] is negative (" + std::to_string(shape[i]) + ")");
-  out.layout = Layout(std::move(shape), std::move(strides), itemsize);
-  out.ptr = reinterpret_cast<std::uint64_t>(t.data) + t.byte_offset;
+  // Built in place: the result's fields are never moved here (this is every import's path).
+  DlpackArray out{reinterpret_cast<std::uint64_t>(t.data) + t.byte_offset, std::move(dtype),
+                  Layout(Dims(shape), std::move(strides), itemsize), info};
   if (out.layout.size() == 0)
     out.ptr = 0;
   else if (out.ptr == 0)
     throw_error(Errc::buffer_error, std::string(entry) + ": data is NULL for a tensor of " +
                                         std::to_string(out.layout.size()) + " elements");
-  out.info = info;
   return out;
 }
 

@@ -24,7 +24,6 @@ from helpers import (  # noqa: E402
 FIRST_USE = """
     import sys, threading
     import cai
-    assert "numpy" not in sys.modules       # cai imports NumPy on first use, not at import
     n = 8
     barrier = threading.Barrier(n)
     out = []
