@@ -17,6 +17,7 @@
 #include "cai/arrays/dlpack.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/error.h"
+#include "import.h"
 #include "interface.h"
 #include "streams.h"
 

@@ -24,6 +24,7 @@ void bind_array(nanobind::module_& m);      // array.cpp: DeviceNDArray, constru
 void bind_indexing(nanobind::module_& m);   // indexing.cpp: __getitem__, __setitem__
 void bind_shape_ops(nanobind::module_& m);  // shape_ops.cpp: reshape, view, split, copy
 void bind_interface(nanobind::module_& m);  // interface.cpp: the CAI in both directions
+void bind_import(nanobind::module_& m);     // import.cpp: the import entries
 void bind_ops(nanobind::module_& m);        // ops.cpp: cai.ops
 void bind_dlpack(nanobind::module_& m);     // dlpack.cpp: DLPack in both directions
 void bind_capi(nanobind::module_& m);       // capi.cpp: the C API capsule

@@ -21,7 +21,7 @@
 #include "cai/version.h"
 #include "convert.h"
 #include "errors.h"
-#include "interface.h"
+#include "import.h"
 #include "streams.h"
 
 #define CAI_CAPI_STR2(x) #x

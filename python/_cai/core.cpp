@@ -9,6 +9,7 @@
 #include "cai/core/dtype.h"
 #include "cai/core/error.h"
 #include "cai/core/layout.h"
+#include "import.h"
 #include "interface.h"
 
 namespace cai::python {

@@ -36,7 +36,7 @@
 #include "cai/core/error.h"
 #include "errors.h"
 #include "fastcall.h"
-#include "interface.h"
+#include "import.h"
 #include "streams.h"
 
 namespace cai::python {

@@ -12,7 +12,7 @@
 #include "bindings.h"
 #include "cai/arrays/ops.h"
 #include "cai/core/error.h"
-#include "interface.h"
+#include "import.h"
 #include "streams.h"
 
 namespace cai::python {

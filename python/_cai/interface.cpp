@@ -1,23 +1,13 @@
 // The CUDA Array Interface in Python, in both directions. Only Python types are checked here;
 // the CAI rules live in the core (validate_interface), so every message is written once.
 //
-// An import, top to bottom: classify -> parse -> [check] -> resolve -> wrap (parse_array, then
-// ParsedArray::wrap or ::view; the C API checks the parsed fields before resolve):
-//   1. classify: our own arrays are taken as they are (one type check), cai.Array's and a host
-//      array's device view likewise; an object without the CAI goes to DLPack (import_dlpack,
-//      the same steps in dlpack.cpp); cai.config's sync switch is read here, once;
-//   2. parse: the producer's __cuda_array_interface__ is read in one pass over the dict, keys
-//      matched by identity (collect); plain built-in values (exact ints, str, tuples of ints,
-//      None: reading them runs no Python code) are read in place (read_plain), anything else
-//      with strong references through the generic readers of convert.h (read_generic), which
-//      also write every message about a wrong Python type; the core validates the fields
-//      (validate_interface; a typestr is parsed once per distinct string, DTypeCache); the
-//      result is an Import (cai/arrays/import.h): the fields and the producer's stream;
-//   3. resolve: the producer's stream, if any, is kept as sync::import_order says (the only
-//      driver call of an import: a query of a foreign stream, and an event record if busy);
-//   4. wrap: PyArray stores the Import (its compact form: nothing is allocated but the Python
-//      object; the View is built by Import::view on first use, or at once when an event stands
-//      for the stream); a masked array, or an operation's argument (ViewArg), gets its View now.
+// The import's parse step (import.cpp has the import, top to bottom): read_interface reads the
+// producer's __cuda_array_interface__ in one pass over the dict, keys matched by identity
+// (collect); plain built-in values (exact ints, str, tuples of ints, None: reading them runs no
+// Python code) are read in place (read_plain), anything else with strong references through
+// the generic readers of convert.h (read_generic), which also write every message about a wrong
+// Python type; the core validates the fields (validate_interface; a typestr is parsed once per
+// distinct string, DTypeCache).
 // An export (export_interface) clones a dict of the fixed entries cached per array and sets
 // `stream`: the array's stream while work is pending, else None.
 
@@ -31,9 +21,7 @@
 #include <string_view>
 
 #include "cai/core/error.h"
-#include "dlpack.h"
-#include "fastcall.h"
-#include "streams.h"
+#include "import.h"
 
 namespace cai::python {
 
@@ -281,11 +269,6 @@ DTypeCache& dtype_cache() {
   return *cache;
 }
 
-// A View of a validated dict (below).
-// A validated dict's View: parse -> resolve -> View (a mask is imported at once, as its own
-// array). `sync`: the caller's argument and cai.config's switch, read once per import.
-View resolved_view(Interface&& itf, std::shared_ptr<const View> mask, nb::handle owner, bool sync);
-
 // The core's validation, a typestr seen before not parsed again (the descr, if any, is still
 // checked against it).
 Interface validate(InterfaceFields& f, PyObject* typestr) {
@@ -297,9 +280,6 @@ Interface validate(InterfaceFields& f, PyObject* typestr) {
     cache.add(typestr, f.typestr, itf.dtype);
   return itf;
 }
-
-Interface read_interface(nb::handle desc, bool sync, const char* entry, int depth,
-                         std::shared_ptr<const View>* mask);
 
 // Any dict: strong references to its values, the generic readers and their messages, and the
 // mask, imported first into `mask` (it must stay alive too).
@@ -341,8 +321,8 @@ Interface read_any(const Values& x, bool sync, const char* entry, int depth,
   return validate(f, held[kTypestr].ptr());
 }
 
-// The dict, read and validated: plain values in place, anything else by read_any. The mask's
-// View, if any, goes to `mask`.
+}  // namespace
+
 Interface read_interface(nb::handle desc, bool sync, const char* entry, int depth,
                          std::shared_ptr<const View>* mask) {
   PyObject* d = desc.ptr();
@@ -356,131 +336,6 @@ Interface read_interface(nb::handle desc, bool sync, const char* entry, int dept
     if (read_plain(x, f)) return validate(f, x[kTypestr]);
   }
   return read_any(x, sync, entry, depth, mask);
-}
-
-// Parse: the producer's stream of a validated dict, unresolved. The CAI v3 consumer rule:
-// with sync, a stream the producer names is ordered after, and one it does not name (None,
-// absent) is ordered after through the legacy stream.
-ImportStream stream_of(const Interface& itf, bool sync) {
-  return !sync        ? ImportStream::none()
-         : itf.stream ? ImportStream::producer(*itf.stream)
-                      : ImportStream::unnamed();
-}
-
-View resolved_view(Interface&& itf, std::shared_ptr<const View> mask, nb::handle owner, bool sync) {
-  ImportStream stream = stream_of(itf, sync);
-  return ParsedArray{nb::object(), std::move(itf), std::move(stream), owner, std::move(mask)}
-      .view();
-}
-
-// An object whose type has `__cai_array__` wraps the cai array that attribute gives (cai.Array,
-// python/cai/_tile.py, does): its view, not an export and import of it (which would name the
-// legacy stream for an array imported from a foreign stream). A type lookup: no attribute error
-// for the foreign objects of every other import.
-PyArray* wrapped_array(nb::handle obj) {
-  static PyObject* const name = PyUnicode_InternFromString("__cai_array__");
-  if (_PyType_Lookup(Py_TYPE(obj.ptr()), name) == nullptr) return nullptr;
-  return as_py_array(nb::getattr(obj, name));
-}
-
-PyObject* g_host_array_type = nullptr;  // cai._mapped's base class, set when it is imported
-
-}  // namespace
-
-nb::object host_array_device_view(nb::handle obj) {
-  if (g_host_array_type == nullptr ||
-      !PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject*>(g_host_array_type)))
-    return {};
-  return obj.attr("_device_array")();
-}
-
-namespace {
-
-// obj.__cuda_array_interface__, or an invalid object when obj has none.
-nb::object interface_of(nb::handle obj) {
-  PyObject* desc = call_python([&] { return PyObject_GetAttr(obj.ptr(), keys().cai); });
-  if (desc) return nb::steal(desc);
-  if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
-  PyErr_Clear();
-  return {};
-}
-
-[[noreturn]] void not_a_gpu_array(nb::handle obj, const char* entry) {
-  throw_error(Errc::type_error, std::string(entry) + ": " + type_name_of(obj.ptr()) +
-                                    " object has no __cuda_array_interface__ (expected a GPU "
-                                    "array: cai, CuPy, PyTorch, Numba, JAX, ...)");
-}
-
-}  // namespace
-
-// ----- import: classify -> parse -> [check] -> resolve -> wrap ----------------------------------
-
-ParsedArray parse_array(nb::handle obj, bool sync, const char* entry) {
-  sync = import_sync(sync);  // the one read of cai.config's switch for this import
-  // Classify (each entry has taken its own arrays as they are first: their hot path):
-  // cai.Array's and a host array's device view; a CAI producer; else DLPack, the other road
-  // onto the device (parsed and resolved there). Each branch returns its value in place.
-  if (PyArray* a = wrapped_array(obj)) return {wrap(a->view())};
-  if (nb::object dev = host_array_device_view(obj); dev.is_valid()) return {std::move(dev)};
-  if (nb::object desc = interface_of(obj); desc.is_valid())
-    return parse_interface(desc, obj, sync, entry);
-  if (has_dlpack(obj)) return {import_dlpack(obj, std::nullopt, sync, entry)};
-  not_a_gpu_array(obj, entry);
-}
-
-ParsedArray parse_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry) {
-  std::shared_ptr<const View> mask;
-  // The fields built in place (braced: the dict is read before the mask is taken).
-  ParsedArray parsed{nb::object(), read_interface(desc, sync, entry, 0, &mask)};
-  parsed.stream = stream_of(parsed.fields, sync);
-  parsed.owner = owner;
-  parsed.mask = std::move(mask);
-  return parsed;
-}
-
-nb::object ParsedArray::wrap() && {
-  if (array.is_valid()) return std::move(array);
-  if (mask) return python::wrap(std::move(*this).view());
-  stream.resolve();
-  return wrap_import(fields.ptr, fields.readonly, std::move(fields.layout), std::move(fields.dtype),
-                     std::move(stream), ImportOwner::python(owner));
-}
-
-View ParsedArray::view() && {
-  stream.resolve();
-  View v = Import{fields.ptr, fields.readonly, std::move(fields.layout), std::move(fields.dtype),
-                  std::move(stream)}
-               .view(keep_alive(owner));
-  if (mask) v.set_mask(std::move(mask));
-  return v;
-}
-
-nb::object import_array(nb::handle obj, bool sync, const char* entry) {
-  if (as_py_array(obj, entry)) return nb::borrow(obj);  // ours, as it is
-  return parse_array(obj, sync, entry).wrap();
-}
-
-nb::object import_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry) {
-  return parse_interface(desc, owner, import_sync(sync), entry).wrap();
-}
-
-View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry) {
-  return parse_interface(desc, owner, import_sync(sync), entry).view();
-}
-
-ViewArg::ViewArg(nb::handle obj, bool sync, const char* entry) {
-  if ((ours_ = as_py_array(obj, entry)) != nullptr) {  // the usual case: nothing to parse
-    view_ = &ours_->view();
-    return;
-  }
-  ParsedArray parsed = parse_array(obj, sync, entry);
-  if (parsed.array.is_valid()) {
-    held_ = std::move(parsed.array);
-    view_ = &as_py_array(held_)->view();
-  } else {
-    imported_.emplace(std::move(parsed).view());
-    view_ = &*imported_;
-  }
 }
 
 // ----- descr ---------------------------------------------------------------------------------
@@ -606,43 +461,6 @@ void bind_interface(nb::module_& m) {
   auto cls = nb::borrow<nb::class_<PyArray>>(m.attr("DeviceNDArray"));
   cls.def_prop_ro("__cuda_array_interface__",
                   exit_safe([](PyArray& a) { return export_interface(a); }));
-  // as_cuda_array(obj, sync=True), the hot path: a plain C function (fastcall.h).
-  static PyMethodDef as_cuda_array_def = {
-      "as_cuda_array",
-      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
-          +[](PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-            return fastcall([&] {
-              static const std::array<PyObject*, 2> names = {PyUnicode_InternFromString("obj"),
-                                                             PyUnicode_InternFromString("sync")};
-              std::array<PyObject*, 2> in = {nullptr, Py_True};
-              constexpr const char* entry = "as_cuda_array()";
-              read_args(entry, args, static_cast<std::size_t>(nargs), kwnames, names, 2, 1, in);
-              return import_array(in[0], read_bool(in[1], entry, "sync"), entry);
-            });
-          })),
-      METH_FASTCALL | METH_KEYWORDS,
-      "as_cuda_array(obj, sync=True)\n--\n\n"
-      "A DeviceNDArray viewing any object with __cuda_array_interface__ (no copy); keeps `obj` "
-      "alive. With sync (and cai.config.CUDA_ARRAY_INTERFACE_SYNC), later work is ordered after "
-      "the producer's stream with events, without blocking: the default streams (1, 2) become "
-      "the array's stream; any other stream is stood for by an event recorded at the import "
-      "(the producer may destroy its stream afterwards)."};
-  m.attr("as_cuda_array") =
-      nb::steal(PyCFunction_NewEx(&as_cuda_array_def, nullptr, m.attr("__name__").ptr()));
-  m.def("from_cuda_array_interface", exit_safe([](nb::handle desc, nb::handle owner, bool sync) {
-          return import_interface(desc, owner, sync, "from_cuda_array_interface()");
-        }),
-        nb::arg("desc").none(), nb::arg("owner").none() = nb::none(), nb::arg("sync") = true,
-        "A DeviceNDArray from a CAI dict; keeps `owner` alive if given.");
-  m.def(
-      "_register_host_array_type",
-      [](nb::handle type) { g_host_array_type = nb::borrow(type).release().ptr(); },
-      nb::arg("type"), "cai._mapped registers the base class of MappedNDArray, ManagedNDArray.");
-  m.def("is_cuda_array", exit_safe([](nb::handle obj) {
-          return as_py_array(obj, "is_cuda_array()") != nullptr ||
-                 nb::hasattr(obj, "__cuda_array_interface__");
-        }),
-        nb::arg("obj").none());
 }
 
 }  // namespace cai::python

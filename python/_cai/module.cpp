@@ -70,6 +70,7 @@ NB_MODULE(_cai, m) {
   bind_indexing(m);
   bind_shape_ops(m);
   bind_interface(m);
+  bind_import(m);
   bind_ops(m);
   bind_dlpack(m);
   bind_capi(m);

@@ -13,7 +13,7 @@
 #include "cai/arrays/ops.h"
 #include "cai/core/error.h"
 #include "fastcall.h"
-#include "interface.h"
+#include "import.h"
 #include "streams.h"
 
 namespace cai::python {
