@@ -1,27 +1,44 @@
 #pragma once
 
-// Internal to the extension: DLPack in both directions (dlpack.cpp).
+// Internal to the extension: what DLPack's producer (dlpack.cpp) and consumer (import.cpp)
+// share.
 
 #include <nanobind/nanobind.h>
 
+#include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "cai/arrays/view.h"
+#include "cai/core/dlpack.h"
 
 namespace cai::python {
 
 namespace nb = nanobind;
 
-/// True when obj's type exposes the DLPack protocol.
-bool has_dlpack(nb::handle obj);
+/// The capsule names of DLPack (one object each: a capsule's name is compared by pointer).
+inline constexpr const char* kVersioned = "dltensor_versioned";
+inline constexpr const char* kVersionedUsed = "used_dltensor_versioned";
+inline constexpr const char* kLegacy = "dltensor";
+inline constexpr const char* kLegacyUsed = "used_dltensor";
 
-/// Imports an object through DLPack (the C exchange API of its type when it has one, else
-/// __dlpack__). Without a target device, a CPU tensor is copied to the device only with
-/// copy=true (otherwise BufferError), and copy=true always gives a new device array. With
-/// one, the array API's rule: the result is on that device, copied there when it must be
-/// (unless copy=false, a BufferError then) or when copy=true. `sync`: the caller's argument
-/// and cai.config's switch (import_sync in config.h), read once by the caller.
-nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry,
-                         std::optional<int> target_device = std::nullopt);
+/// Memory a CUDA device reaches: the device's, page-locked host memory, managed memory.
+inline bool is_cuda_like(std::int32_t device_type) {
+  return device_type == kDLCUDA || device_type == kDLCUDAHost || device_type == kDLCUDAManaged;
+}
+
+/// Interned names of the protocol, created once, for the producer (dlpack.cpp) and the
+/// consumer (import.cpp).
+struct DlpackNames {
+  PyObject *stream, *max_version, *dl_device, *copy, *dlpack, *dlpack_device, *exchange_api;
+  PyObject* version13;           // (1, 3)
+  PyObject* stream_and_version;  // ("stream", "max_version"): the keywords of an import's call
+  PyObject* stream_only;         // ("stream",)
+};
+const DlpackNames& dlpack_names();
+
+/// A 2-tuple of ints, as (major, minor) or (device_type, device_id); `what` names it in the
+/// messages.
+std::pair<int, int> read_int_pair(nb::handle o, const char* what);
 
 }  // namespace cai::python

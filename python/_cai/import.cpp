@@ -19,8 +19,15 @@
 
 #include "import.h"
 
-#include <string>
+#include <nanobind/stl/optional.h>
 
+#include <array>
+#include <string>
+#include <unordered_map>
+
+#include "cai/arrays/devices.h"
+#include "cai/arrays/dlpack.h"
+#include "cai/arrays/ops.h"
 #include "cai/core/error.h"
 #include "convert.h"
 #include "dlpack.h"
@@ -140,6 +147,306 @@ View resolved_view(Interface&& itf, std::shared_ptr<const View> mask, nb::handle
       .view();
 }
 
+// ----- the DLPack road: parse -> resolve -> wrap ---------------------------------------------
+// The tensor comes from the type's exchange table, or from __dlpack__ (called with a static
+// keyword tuple, after __dlpack_device__); the core checks it (read_dlpack) and it becomes an
+// Import with the producer's stream; a device tensor taken as it is is resolved and wrapped
+// (wrap_import: the compact form, the tensor its owner); anything else (a copy, a host tensor,
+// a target device) is resolved into a View first (finish_import).
+
+namespace {
+
+// The exchange API of a type, found by a lookup in its MRO and cached per type WITHOUT a
+// reference: a cached type can die, and its module with it. An entry is valid while the type
+// keeps the version tag it had when it was cached: CPython gives a type a new tag (never one
+// used before) whenever its attributes change, so a dead type's address reused by a new type,
+// or a deleted or replaced attribute, both miss. Types without a table are cached too.
+const DLPackExchangeAPI* exchange_api_of(nb::handle obj) {
+  struct Entry {
+    unsigned int tag;
+    const DLPackExchangeAPI* api;
+  };
+  constexpr std::size_t kMaxEntries = 1024;  // then it starts over: dead types' entries go
+  static auto* cache = new std::unordered_map<PyTypeObject*, Entry>;
+  static PyTypeObject* last_type = nullptr;  // the last hit, checked first
+  static Entry last{};
+  PyTypeObject* type = Py_TYPE(obj.ptr());
+  const bool tagged =
+      PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) && type->tp_version_tag != 0;
+  if (tagged && type == last_type && type->tp_version_tag == last.tag) return last.api;
+  if (auto it = cache->find(type); it != cache->end()) {
+    if (tagged && type->tp_version_tag == it->second.tag) {
+      last_type = type;
+      last = it->second;
+      return last.api;
+    }
+    cache->erase(it);
+  }
+  const DLPackExchangeAPI* api = nullptr;
+  // No AttributeError is raised and formatted for the many types that have no table, and the
+  // lookup gives the type a version tag.
+  if (PyObject* attr = _PyType_Lookup(type, dlpack_names().exchange_api)) {
+    // Only the capsule form: an address given as an int (a draft of 1.3) cannot be checked
+    // and would be dereferenced blindly.
+    if (PyCapsule_IsValid(attr, "dlpack_exchange_api"))
+      api =
+          static_cast<const DLPackExchangeAPI*>(PyCapsule_GetPointer(attr, "dlpack_exchange_api"));
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (api && (api->header.version.major != DLPACK_MAJOR_VERSION ||
+                !api->managed_tensor_from_py_object_no_sync || !api->current_work_stream))
+      api = nullptr;
+  }
+  // Types without a valid tag (tags ran out) are looked up every time.
+  if (PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) && type->tp_version_tag != 0) {
+    if (cache->size() >= kMaxEntries) cache->clear();
+    cache->emplace(type, Entry{type->tp_version_tag, api});
+    last_type = type;
+    last = Entry{type->tp_version_tag, api};
+  }
+  return api;
+}
+
+// obj.__dlpack_device__()[0], or kDLCUDA when obj has no __dlpack_device__.
+std::int32_t device_type_of(nb::handle obj) {
+  PyObject* self = obj.ptr();
+  PyObject* dev = call_python([&] {
+    return PyObject_VectorcallMethod(dlpack_names().dlpack_device, &self,
+                                     1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+  });
+  if (dev) return read_int_pair(nb::steal(dev), "__dlpack_device__()").first;
+  if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
+  PyErr_Clear();
+  return kDLCUDA;
+}
+
+// obj.__dlpack__(stream=stream, max_version=(1, 3)); a producer from before DLPack 1.0, which
+// knows neither max_version nor versioned capsules (a TypeError), gets stream= alone.
+nb::object call_dlpack(nb::handle obj, nb::handle stream) {
+  const DlpackNames& n = dlpack_names();
+  PyObject* args[3] = {obj.ptr(), stream.ptr(), n.version13};
+  // The producer's Python code runs here (see call_python).
+  PyObject* r = call_python([&] {
+    return PyObject_VectorcallMethod(n.dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     n.stream_and_version);
+  });
+  if (r) return nb::steal(r);
+  if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+    PyErr_Clear();
+    throw_error(Errc::type_error, "from_dlpack(): " + type_name_of(obj) +
+                                      " object has no __dlpack__ (expected a DLPack producer)");
+  }
+  if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
+  PyErr_Clear();
+  const bool with_stream = !stream.is_none();
+  r = call_python([&] {
+    return PyObject_VectorcallMethod(n.dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     with_stream ? n.stream_only : nullptr);
+  });
+  if (!r) throw nb::python_error();
+  return nb::steal(r);
+}
+
+// Takes a capsule's tensor: renames the capsule "used_...", after which the owner returned
+// runs the deleter.
+ImportOwner consume_capsule(nb::handle capsule) {
+  PyObject* cap = capsule.ptr();
+  if (PyCapsule_IsValid(cap, kVersioned)) {
+    auto* t = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(cap, kVersioned));
+    if (PyCapsule_SetName(cap, kVersionedUsed) != 0) throw nb::python_error();
+    if (!t) throw_error(Errc::buffer_error, "from_dlpack(): the producer gave a NULL tensor");
+    return ImportOwner::tensor(t);
+  }
+  if (PyCapsule_IsValid(cap, kLegacy)) {
+    auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, kLegacy));
+    if (PyCapsule_SetName(cap, kLegacyUsed) != 0) throw nb::python_error();
+    if (!t) throw_error(Errc::buffer_error, "from_dlpack(): the producer gave a NULL tensor");
+    return ImportOwner::tensor(t);
+  }
+  throw_error(Errc::type_error,
+              "from_dlpack(): __dlpack__() returned " + type_name_of(capsule) +
+                  ", expected an unconsumed PyCapsule named 'dltensor_versioned' or 'dltensor'");
+}
+
+// A device copy of a host view (a CPU tensor imported with copy=True).
+View host_to_device(const View& host, const sync::StreamRef& stream) {
+  View dst = View::allocate(host.dtype(), host.shape(), false, stream);
+  NoGil nogil;
+  cai::copy_from_host(dst, host, stream);
+  // The host memory belongs to the producer's tensor, released when `host` goes.
+  device::backend().stream_synchronize(stream.handle);
+  return dst;
+}
+
+// from_dlpack(..., device=target): the view itself when it is usable on the target device
+// (there already, or pinned or managed memory, which every device reaches) and no copy is
+// asked for; otherwise a copy on the target device, unless copy=false.
+std::optional<View> onto_device(const View& v, std::int32_t device_type, int target,
+                                std::optional<bool> copy) {
+  const int d = device_of(v);
+  const bool usable = d < 0 || d == target || device_type != kDLCUDA;
+  if (usable && copy != true) return std::nullopt;
+  if (!usable && copy == false)
+    throw_error(Errc::buffer_error, "from_dlpack(): the tensor is on device " + std::to_string(d) +
+                                        ", not on device " + std::to_string(target) +
+                                        ", and copy=False forbids the copy there");
+  const DeviceGuard on(target);
+  const sync::StreamRef stream = library_default_stream();  // the target's default stream
+  View dst = View::allocate(v.dtype(), v.shape(), false, stream);
+  NoGil nogil;  // a copy between devices may wait for its staging buffer
+  cai::copy(dst, v, stream);
+  return dst;
+}
+
+// Resolve -> View, for a tensor not taken as it is: a copy, a host tensor, a target device.
+View finish_import(Import&& imp, ImportOwner&& owner, const DlpackImport& info,
+                   std::optional<bool> copy, const char* entry, std::optional<int> target) {
+  // from_dlpack() speaks DLPack (BufferError); the CAI entry points (as_cuda_array, the ops)
+  // follow Numba, whose callers catch TypeError for "not a GPU array".
+  const bool dlpack_entry = copy.has_value() || std::string_view(entry) == "from_dlpack()";
+  const Errc not_on_device = dlpack_entry ? Errc::buffer_error : Errc::type_error;
+  if (info.device.device_type == kDLCPU) {
+    // A target device asks for an array there: copying is the only way, unless forbidden.
+    if (copy == false || (copy != true && !target))
+      throw_error(
+          not_on_device,
+          std::string(entry) + ": the tensor is in CPU memory, not on the device; " +
+              (!dlpack_entry ? "copy it with cai.to_device() or cai.from_dlpack(obj, copy=True)"
+               : target      ? "copy=False forbids the copy to the device"
+                             : "pass copy=True to copy it to the device"));
+    const DeviceGuard on(target ? *target : -1);
+    return host_to_device(std::move(imp).view(owner.share()), library_default_stream());
+  }
+  if (!is_cuda_like(info.device.device_type))
+    throw_error(not_on_device, std::string(entry) + ": device type " +
+                                   std::to_string(info.device.device_type) +
+                                   " is not CUDA memory (expected kDLCUDA, kDLCUDAHost or "
+                                   "kDLCUDAManaged)");
+  imp.stream.resolve();
+  View v = std::move(imp).view(owner.share());
+  if (target) {
+    if (auto moved = onto_device(v, info.device.device_type, *target, copy)) return *moved;
+    return v;
+  }
+  if (copy == true) {
+    const sync::StreamRef ref = stream_or_default(v);
+    View dst = View::allocate(v.dtype(), v.shape(), false, ref);
+    cai::copy(dst, v, ref);
+    return dst;
+  }
+  return v;
+}
+
+// The device of a `device=` argument, by cai.Device's own rule (an int in range, a
+// cai.Device; None is handled by the caller).
+int device_number(nb::handle device) {
+  if (PyUnicode_Check(device.ptr()))
+    throw_error(Errc::type_error,
+                "from_dlpack(): device=" + short_repr(device) +
+                    ": cai arrays live in device memory; pass a cai.Device or a device number "
+                    "(numpy.from_dlpack(x, device='cpu') makes host arrays)");
+  if (PyTuple_Check(device.ptr())) {
+    // A DLPack device, as __dlpack_device__() gives it: (device type, device id).
+    const nb::tuple t = nb::borrow<nb::tuple>(device);
+    if (t.size() != 2 || !PyLong_Check(t[0].ptr()) || !PyLong_Check(t[1].ptr()))
+      throw_error(Errc::type_error, "from_dlpack(): device=" + short_repr(device) +
+                                        ": a DLPack device is a tuple (device type, device id) "
+                                        "of two ints");
+    const long type = PyLong_AsLong(t[0].ptr());
+    if (type != kDLCUDA)
+      throw_error(Errc::value_error,
+                  "from_dlpack(): device=" + short_repr(device) + ": DLPack device type " +
+                      std::to_string(type) + " is not a CUDA device (kDLCUDA, 2); cai arrays " +
+                      "live in device memory (numpy.from_dlpack(x, device='cpu') makes host " +
+                      "arrays)");
+    device = t[1];
+  }
+  nb::object d = nb::module_::import_("cai._cai").attr("Device")(device);
+  return nb::cast<int>(d.attr("id"));
+}
+
+}  // namespace
+
+bool has_dlpack(nb::handle obj) {
+  return nb::hasattr(obj, "__dlpack__");
+}
+
+nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry,
+                         std::optional<int> target_device) {
+  // 1. The tensor, and the stream its producer's work is on.
+  ImportOwner owner;
+  std::optional<device::StreamHandle> producer_stream;
+  if (const DLPackExchangeAPI* api = exchange_api_of(obj)) {
+    DLManagedTensorVersioned* t = nullptr;
+    if (call_python([&] { return api->managed_tensor_from_py_object_no_sync(obj.ptr(), &t); }) != 0)
+      throw nb::python_error();
+    if (!t) throw_error(Errc::buffer_error, "from_dlpack(): the producer gave a NULL tensor");
+    owner = ImportOwner::tensor(t);
+    // No-sync exchange: the producer's work is on its current work stream.
+    const DLDevice device = t->dl_tensor.device;
+    if (is_cuda_like(device.device_type)) {
+      void* work = nullptr;
+      if (api->current_work_stream(static_cast<DLDeviceType>(device.device_type), device.device_id,
+                                   &work) != 0)
+        throw nb::python_error();
+      producer_stream =
+          work ? reinterpret_cast<device::StreamHandle>(work) : device::kLegacyDefaultStream;
+    }
+  } else {
+    // Ask where the data is first: a CPU producer must not be given a CUDA stream.
+    const std::int32_t device_type = device_type_of(obj);
+    nb::object stream = nb::none();
+    if (is_cuda_like(device_type) && device_type != kDLCUDAHost) {
+      // The producer makes our default stream wait for its work; our work then follows it.
+      const auto ours = library_default_stream().handle;
+      stream = nb::int_(ours);
+      producer_stream = ours;
+    }
+    owner = consume_capsule(call_dlpack(obj, stream));
+  }
+  // 2. The core's checks; the owner releases the tensor if they fail.
+  DlpackArray a =
+      owner.versioned() ? read_dlpack(*owner.versioned()) : read_dlpack(*owner.legacy());
+  // 3. The producer's stream, ordered after with sync (`sync` includes cai.config's switch,
+  // read once by the caller).
+  ImportStream stream =
+      sync && producer_stream ? ImportStream::producer(*producer_stream) : ImportStream::none();
+  // 4. Resolve -> wrap: a device tensor taken as it is, else through a View (a copy, a host
+  // tensor, a target device).
+  if (is_cuda_like(a.info.device.device_type) && copy != true && !target_device) {
+    stream.resolve();
+    return wrap_import(a.ptr, a.info.readonly, std::move(a.layout), std::move(a.dtype),
+                       std::move(stream), std::move(owner));
+  }
+  Import imp{a.ptr, a.info.readonly, std::move(a.layout), std::move(a.dtype), std::move(stream)};
+  return wrap(finish_import(std::move(imp), std::move(owner), a.info, copy, entry, target_device));
+}
+
+namespace {
+
+nb::object from_dlpack_call(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  constexpr const char* entry = "from_dlpack()";
+  static const std::array<PyObject*, 3> keys = {
+      PyUnicode_InternFromString("obj"), PyUnicode_InternFromString("device"), dlpack_names().copy};
+  std::array<PyObject*, 3> in = {nullptr, Py_None, Py_None};
+  read_args(entry, args, static_cast<std::size_t>(nargs), kwnames, keys, 1, 1, in);
+  nb::handle obj = in[0], device = in[1];
+  std::optional<bool> copy;
+  if (in[2] != Py_None) copy = read_bool(in[2], entry, "copy");
+  nb::object host_array = host_array_device_view(obj);  // cai.MappedNDArray, ManagedNDArray
+  if (host_array.is_valid()) obj = host_array;
+  PyArray* ours = as_py_array(obj, entry);
+  if (device.is_none()) {
+    if (ours && copy != true) return nb::borrow(obj);
+    return import_dlpack(obj, copy, import_sync(true), entry);
+  }
+  const int target = device_number(device);
+  if (!ours) return import_dlpack(obj, copy, import_sync(true), entry, target);
+  auto moved = onto_device(ours->view(), ours->device().device_type, target, copy);
+  return moved ? wrap(std::move(*moved), ours->np_dtype) : nb::borrow(obj);
+}
+
+}  // namespace
+
 // ----- the entries ------------------------------------------------------------------------------
 
 nb::object import_array(nb::handle obj, bool sync, const char* entry) {
@@ -208,6 +515,22 @@ void bind_import(nb::module_& m) {
                  nb::hasattr(obj, "__cuda_array_interface__");
         }),
         nb::arg("obj").none());
+
+  // from_dlpack(obj, *, device=None, copy=None), the hot path: a plain C function (fastcall.h).
+  static PyMethodDef from_dlpack_def = {
+      "from_dlpack",
+      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+          +[](PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+            return fastcall([&] { return from_dlpack_call(args, nargs, kwnames); });
+          })),
+      METH_FASTCALL | METH_KEYWORDS,
+      "from_dlpack(obj, *, device=None, copy=None)\n--\n\n"
+      "A DeviceNDArray from any DLPack producer (no copy). CPU tensors are copied to the "
+      "device only with copy=True or a device. With `device` (a cai.Device or a number), the "
+      "array is on that device: copied there when it is elsewhere (a BufferError with "
+      "copy=False). The producer's work is ordered before cai's with events."};
+  m.attr("from_dlpack") =
+      nb::steal(PyCFunction_NewEx(&from_dlpack_def, nullptr, m.attr("__name__").ptr()));
 }
 
 }  // namespace cai::python

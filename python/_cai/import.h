@@ -78,6 +78,18 @@ class ViewArg {
 /// memory `owner` (may be None) keeps alive.
 View view_from_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry);
 
+/// True when obj's type exposes the DLPack protocol.
+bool has_dlpack(nb::handle obj);
+
+/// Imports an object through DLPack (the C exchange API of its type when it has one, else
+/// __dlpack__). Without a target device, a CPU tensor is copied to the device only with
+/// copy=true (otherwise BufferError), and copy=true always gives a new device array. With
+/// one, the array API's rule: the result is on that device, copied there when it must be
+/// (unless copy=false, a BufferError then) or when copy=true. `sync`: the caller's argument
+/// and cai.config's switch (import_sync in config.h), read once by the caller.
+nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry,
+                         std::optional<int> target_device = std::nullopt);
+
 /// A validated dict's View: resolve -> View (the mask's import, from read_interface).
 /// `sync` already includes cai.config's switch.
 View resolved_view(Interface&& itf, std::shared_ptr<const View> mask, nb::handle owner, bool sync);
