@@ -477,30 +477,44 @@ ViewArg::ViewArg(nb::handle obj, bool sync, const char* entry) {
   }
 }
 
+namespace {
+
+nb::object as_cuda_array_call(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const std::array<PyObject*, 2> names = {PyUnicode_InternFromString("obj"),
+                                                 PyUnicode_InternFromString("sync")};
+  std::array<PyObject*, 2> in = {nullptr, Py_True};
+  constexpr const char* entry = "as_cuda_array()";
+  read_args(entry, args, static_cast<std::size_t>(nargs), kwnames, names, 2, 1, in);
+  return import_array(in[0], read_bool(in[1], entry, "sync"), entry);
+}
+
+// The hot entries are plain METH_FASTCALL | METH_KEYWORDS C functions (fastcall.h), with no
+// nanobind dispatch in front.
+using EntryCall = nb::object (*)(PyObject* const*, Py_ssize_t, PyObject*);
+template <EntryCall call>
+PyObject* entry_function(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return fastcall([&] { return call(args, nargs, kwnames); });
+}
+template <EntryCall call>
+const PyCFunction fastcall_entry =
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&entry_function<call>));
+
+void add_function(nb::module_& m, PyMethodDef& def) {
+  m.attr(def.ml_name) = nb::steal(PyCFunction_NewEx(&def, nullptr, m.attr("__name__").ptr()));
+}
+
+}  // namespace
+
 void bind_import(nb::module_& m) {
-  // as_cuda_array(obj, sync=True), the hot path: a plain C function (fastcall.h).
   static PyMethodDef as_cuda_array_def = {
-      "as_cuda_array",
-      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
-          +[](PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-            return fastcall([&] {
-              static const std::array<PyObject*, 2> names = {PyUnicode_InternFromString("obj"),
-                                                             PyUnicode_InternFromString("sync")};
-              std::array<PyObject*, 2> in = {nullptr, Py_True};
-              constexpr const char* entry = "as_cuda_array()";
-              read_args(entry, args, static_cast<std::size_t>(nargs), kwnames, names, 2, 1, in);
-              return import_array(in[0], read_bool(in[1], entry, "sync"), entry);
-            });
-          })),
-      METH_FASTCALL | METH_KEYWORDS,
+      "as_cuda_array", fastcall_entry<as_cuda_array_call>, METH_FASTCALL | METH_KEYWORDS,
       "as_cuda_array(obj, sync=True)\n--\n\n"
       "A DeviceNDArray viewing any object with __cuda_array_interface__ (no copy); keeps `obj` "
       "alive. With sync (and cai.config.CUDA_ARRAY_INTERFACE_SYNC), later work is ordered after "
       "the producer's stream with events, without blocking: the default streams (1, 2) become "
       "the array's stream; any other stream is stood for by an event recorded at the import "
       "(the producer may destroy its stream afterwards)."};
-  m.attr("as_cuda_array") =
-      nb::steal(PyCFunction_NewEx(&as_cuda_array_def, nullptr, m.attr("__name__").ptr()));
+  add_function(m, as_cuda_array_def);
   m.def("from_cuda_array_interface", exit_safe([](nb::handle desc, nb::handle owner, bool sync) {
           return import_interface(desc, owner, sync, "from_cuda_array_interface()");
         }),
@@ -516,21 +530,14 @@ void bind_import(nb::module_& m) {
         }),
         nb::arg("obj").none());
 
-  // from_dlpack(obj, *, device=None, copy=None), the hot path: a plain C function (fastcall.h).
   static PyMethodDef from_dlpack_def = {
-      "from_dlpack",
-      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
-          +[](PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-            return fastcall([&] { return from_dlpack_call(args, nargs, kwnames); });
-          })),
-      METH_FASTCALL | METH_KEYWORDS,
+      "from_dlpack", fastcall_entry<from_dlpack_call>, METH_FASTCALL | METH_KEYWORDS,
       "from_dlpack(obj, *, device=None, copy=None)\n--\n\n"
       "A DeviceNDArray from any DLPack producer (no copy). CPU tensors are copied to the "
       "device only with copy=True or a device. With `device` (a cai.Device or a number), the "
       "array is on that device: copied there when it is elsewhere (a BufferError with "
       "copy=False). The producer's work is ordered before cai's with events."};
-  m.attr("from_dlpack") =
-      nb::steal(PyCFunction_NewEx(&from_dlpack_def, nullptr, m.attr("__name__").ptr()));
+  add_function(m, from_dlpack_def);
 }
 
 }  // namespace cai::python
