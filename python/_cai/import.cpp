@@ -421,32 +421,6 @@ nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, co
   return wrap(finish_import(std::move(imp), std::move(owner), a.info, copy, entry, target_device));
 }
 
-namespace {
-
-nb::object from_dlpack_call(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  constexpr const char* entry = "from_dlpack()";
-  static const std::array<PyObject*, 3> keys = {
-      PyUnicode_InternFromString("obj"), PyUnicode_InternFromString("device"), dlpack_names().copy};
-  std::array<PyObject*, 3> in = {nullptr, Py_None, Py_None};
-  read_args(entry, args, static_cast<std::size_t>(nargs), kwnames, keys, 1, 1, in);
-  nb::handle obj = in[0], device = in[1];
-  std::optional<bool> copy;
-  if (in[2] != Py_None) copy = read_bool(in[2], entry, "copy");
-  nb::object host_array = host_array_device_view(obj);  // cai.MappedNDArray, ManagedNDArray
-  if (host_array.is_valid()) obj = host_array;
-  PyArray* ours = as_py_array(obj, entry);
-  if (device.is_none()) {
-    if (ours && copy != true) return nb::borrow(obj);
-    return import_dlpack(obj, copy, import_sync(true), entry);
-  }
-  const int target = device_number(device);
-  if (!ours) return import_dlpack(obj, copy, import_sync(true), entry, target);
-  auto moved = onto_device(ours->view(), ours->device().device_type, target, copy);
-  return moved ? wrap(std::move(*moved), ours->np_dtype) : nb::borrow(obj);
-}
-
-}  // namespace
-
 // ----- the entries ------------------------------------------------------------------------------
 
 nb::object import_array(nb::handle obj, bool sync, const char* entry) {
@@ -478,6 +452,28 @@ ViewArg::ViewArg(nb::handle obj, bool sync, const char* entry) {
 }
 
 namespace {
+
+nb::object from_dlpack_call(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  constexpr const char* entry = "from_dlpack()";
+  static const std::array<PyObject*, 3> keys = {
+      PyUnicode_InternFromString("obj"), PyUnicode_InternFromString("device"), dlpack_names().copy};
+  std::array<PyObject*, 3> in = {nullptr, Py_None, Py_None};
+  read_args(entry, args, static_cast<std::size_t>(nargs), kwnames, keys, 1, 1, in);
+  nb::handle obj = in[0], device = in[1];
+  std::optional<bool> copy;
+  if (in[2] != Py_None) copy = read_bool(in[2], entry, "copy");
+  nb::object host_array = host_array_device_view(obj);  // cai.MappedNDArray, ManagedNDArray
+  if (host_array.is_valid()) obj = host_array;
+  PyArray* ours = as_py_array(obj, entry);
+  if (device.is_none()) {
+    if (ours && copy != true) return nb::borrow(obj);
+    return import_dlpack(obj, copy, import_sync(true), entry);
+  }
+  const int target = device_number(device);
+  if (!ours) return import_dlpack(obj, copy, import_sync(true), entry, target);
+  auto moved = onto_device(ours->view(), ours->device().device_type, target, copy);
+  return moved ? wrap(std::move(*moved), ours->np_dtype) : nb::borrow(obj);
+}
 
 nb::object as_cuda_array_call(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static const std::array<PyObject*, 2> names = {PyUnicode_InternFromString("obj"),
