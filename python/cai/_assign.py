@@ -3,7 +3,7 @@
 
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # NumPy is imported on first use, never at `import cai`
+if TYPE_CHECKING:  # for annotations only; the functions import NumPy where they use it
     import numpy as np
 
 def _is_ml_dtypes(dt: "np.dtype[Any]") -> bool:

@@ -45,7 +45,7 @@ def _host_bytes(arr: DeviceNDArray) -> tuple[memoryview, bool]:
     """The values of `arr` (not its mask) as raw bytes in its memory order, and whether that
     order is Fortran's. A flat uint8 view: NumPy's buffer protocol refuses some dtypes
     (datetime64, timedelta64, and structured dtypes holding them)."""
-    import numpy as np  # not at `import cai`: threads making their first call import it
+    import numpy as np
 
     host = _host_copy(arr)
     fortran = host.ndim > 1 and not host.flags.c_contiguous

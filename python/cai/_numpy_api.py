@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import _cai
 from ._cai import DeviceNDArray
 
-if TYPE_CHECKING:  # NumPy is imported on first use, never at `import cai`
+if TYPE_CHECKING:  # for annotations only; the functions import NumPy where they use it
     from numpy.typing import DTypeLike
 
 
