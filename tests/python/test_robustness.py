@@ -372,3 +372,10 @@ def test_as_cuda_array_of_host_data_is_a_type_error():
 def test_none_and_other_objects_say_what_is_expected(call, match):
     with pytest.raises(TypeError, match=match):
         call()
+
+
+def test_the_package_has_no_module_getattr():
+    # A module-level __getattr__ stops CPython from specializing `cai.<name>` lookups, a cost on
+    # every call (docs/python.md, "Importing cai"); the NumPy subclasses are defined at import.
+    assert "__getattr__" not in vars(cai)
+    assert issubclass(cai.ManagedNDArray, np.ndarray) and issubclass(cai.MappedNDArray, np.ndarray)
