@@ -292,11 +292,10 @@ PyArray* as_py_array(nb::handle obj, const char* entry) {
   if (Py_TYPE(obj.ptr()) != (PyTypeObject*)g_array_type.ptr() || !g_array_type.is_valid())
     return nullptr;
   if (!nb::inst_ready(obj))
-    throw_error(Errc::type_error,
-                std::string(entry) +
-                    ": this DeviceNDArray holds no array (made by DeviceNDArray.__new__, or "
-                    "cleared by the garbage collector); make arrays with cai.device_array(), "
-                    "cai.to_device() or cai.as_cuda_array()");
+    throw_error(Errc::type_error, entry,
+                ": this DeviceNDArray holds no array (made by DeviceNDArray.__new__, or cleared "
+                "by the garbage collector); make arrays with cai.device_array(), "
+                "cai.to_device() or cai.as_cuda_array()");
   return nb::inst_ptr<PyArray>(obj);
 }
 

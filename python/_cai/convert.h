@@ -21,6 +21,20 @@ std::string type_name_of(nb::handle o);
 /// repr(o) for a message: at most 60 characters, the type name where repr itself fails.
 std::string short_repr(nb::handle o);
 
+/// The same two as pieces of a throw_error message, formatted only when it is thrown.
+struct TypeNameOf {
+  nb::handle object;
+};
+struct ReprOf {
+  nb::handle object;
+};
+inline void append_part(std::string& out, TypeNameOf o) {
+  out += type_name_of(o.object);
+}
+inline void append_part(std::string& out, ReprOf o) {
+  out += short_repr(o.object);
+}
+
 /// The integer policy of every entry point: a Python int or any object with __index__ (NumPy
 /// integers, 0-d integer arrays, cai.Stream), never a bool; floats and str have no __index__.
 /// Calls no Python code.

@@ -67,8 +67,7 @@ int read_int32(nb::handle o, const char* what) {
 // A 2-tuple of ints, as (major, minor) or (device_type, device_id).
 std::pair<int, int> read_int_pair(nb::handle o, const char* what) {
   if (!PyTuple_Check(o.ptr()) || PyTuple_GET_SIZE(o.ptr()) != 2)
-    throw_error(Errc::type_error,
-                std::string(what) + ": expected a tuple (int, int), got " + short_repr(o));
+    throw_error(Errc::type_error, what, ": expected a tuple (int, int), got ", ReprOf{o});
   PyObject* a = PyTuple_GET_ITEM(o.ptr(), 0);
   PyObject* b = PyTuple_GET_ITEM(o.ptr(), 1);
   if (PyLong_CheckExact(a) && PyLong_CheckExact(b)) {  // plain ints: no Python code runs

@@ -25,10 +25,8 @@ void read_args(const char* entry, PyObject* const* args, std::size_t nargsf, PyO
                std::array<PyObject*, N>& out) {
   const auto nargs = static_cast<std::size_t>(PyVectorcall_NARGS(nargsf));
   if (nargs > positional)
-    throw_error(Errc::type_error, std::string(entry) + ": takes at most " +
-                                      std::to_string(positional) + " positional argument" +
-                                      (positional == 1 ? "" : "s") + " (" + std::to_string(nargs) +
-                                      " given)");
+    throw_error(Errc::type_error, entry, ": takes at most ", positional, " positional argument",
+                positional == 1 ? "" : "s", " (", nargs, " given)");
   std::array<bool, N> given{};
   for (std::size_t i = 0; i < nargs; ++i) {
     out[i] = args[i];
@@ -44,27 +42,24 @@ void read_args(const char* entry, PyObject* const* args, std::size_t nargsf, PyO
       while (i < N && PyUnicode_Compare(names[i], key) != 0) ++i;
       if (PyErr_Occurred()) PyErr_Clear();
     }
-    if (i == N)
-      throw_error(Errc::type_error,
-                  std::string(entry) + ": unexpected keyword argument " + short_repr(key));
+    if (i == N) throw_error(Errc::type_error, entry, ": unexpected keyword argument ", ReprOf{key});
     if (given[i])
-      throw_error(Errc::type_error, std::string(entry) + ": got multiple values for argument '" +
-                                        PyUnicode_AsUTF8(names[i]) + "'");
+      throw_error(Errc::type_error, entry, ": got multiple values for argument '",
+                  PyUnicode_AsUTF8(names[i]), "'");
     out[i] = args[nargs + static_cast<std::size_t>(k)];
     given[i] = true;
   }
   for (std::size_t i = 0; i < required; ++i)
     if (!given[i])
-      throw_error(Errc::type_error, std::string(entry) + ": missing required argument '" +
-                                        PyUnicode_AsUTF8(names[i]) + "'");
+      throw_error(Errc::type_error, entry, ": missing required argument '",
+                  PyUnicode_AsUTF8(names[i]), "'");
 }
 
 /// A bool argument: True or False only (as nanobind's bool caster reads it).
 inline bool read_bool(PyObject* o, const char* entry, const char* name) {
   if (o == Py_True) return true;
   if (o == Py_False) return false;
-  throw_error(Errc::type_error,
-              std::string(entry) + ": " + name + ": expected a bool, got " + type_name_of(o));
+  throw_error(Errc::type_error, entry, ": ", name, ": expected a bool, got ", TypeNameOf{o});
 }
 
 /// Runs the body of a fast C function: its result, or nullptr with the Python exception set.

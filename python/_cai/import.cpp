@@ -161,24 +161,24 @@ namespace {
 // keeps the version tag it had when it was cached: CPython gives a type a new tag (never one
 // used before) whenever its attributes change, so a dead type's address reused by a new type,
 // or a deleted or replaced attribute, both miss. Types without a table are cached too.
-const DLPackExchangeAPI* exchange_api_of(nb::handle obj) {
-  struct Entry {
-    unsigned int tag;
-    const DLPackExchangeAPI* api;
-  };
+struct ExchangeApiEntry {
+  unsigned int tag;
+  const DLPackExchangeAPI* api;
+};
+PyTypeObject* g_last_exchange_type = nullptr;  // the last hit, checked first
+ExchangeApiEntry g_last_exchange{};
+
+// The lookup behind the last hit (out of line: the hot path is the check above it).
+[[gnu::noinline]] const DLPackExchangeAPI* lookup_exchange_api(PyTypeObject* type) {
   constexpr std::size_t kMaxEntries = 1024;  // then it starts over: dead types' entries go
-  static auto* cache = new std::unordered_map<PyTypeObject*, Entry>;
-  static PyTypeObject* last_type = nullptr;  // the last hit, checked first
-  static Entry last{};
-  PyTypeObject* type = Py_TYPE(obj.ptr());
+  static auto* cache = new std::unordered_map<PyTypeObject*, ExchangeApiEntry>;
   const bool tagged =
       PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) && type->tp_version_tag != 0;
-  if (tagged && type == last_type && type->tp_version_tag == last.tag) return last.api;
   if (auto it = cache->find(type); it != cache->end()) {
     if (tagged && type->tp_version_tag == it->second.tag) {
-      last_type = type;
-      last = it->second;
-      return last.api;
+      g_last_exchange_type = type;
+      g_last_exchange = it->second;
+      return g_last_exchange.api;
     }
     cache->erase(it);
   }
@@ -199,11 +199,19 @@ const DLPackExchangeAPI* exchange_api_of(nb::handle obj) {
   // Types without a valid tag (tags ran out) are looked up every time.
   if (PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) && type->tp_version_tag != 0) {
     if (cache->size() >= kMaxEntries) cache->clear();
-    cache->emplace(type, Entry{type->tp_version_tag, api});
-    last_type = type;
-    last = Entry{type->tp_version_tag, api};
+    cache->emplace(type, ExchangeApiEntry{type->tp_version_tag, api});
+    g_last_exchange_type = type;
+    g_last_exchange = ExchangeApiEntry{type->tp_version_tag, api};
   }
   return api;
+}
+
+const DLPackExchangeAPI* exchange_api_of(nb::handle obj) {
+  PyTypeObject* type = Py_TYPE(obj.ptr());
+  if (type == g_last_exchange_type && PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) &&
+      type->tp_version_tag == g_last_exchange.tag && type->tp_version_tag != 0)
+    return g_last_exchange.api;
+  return lookup_exchange_api(type);
 }
 
 // obj.__dlpack_device__()[0], or kDLCUDA when obj has no __dlpack_device__.
@@ -232,8 +240,8 @@ nb::object call_dlpack(nb::handle obj, nb::handle stream) {
   if (r) return nb::steal(r);
   if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
     PyErr_Clear();
-    throw_error(Errc::type_error, "from_dlpack(): " + type_name_of(obj) +
-                                      " object has no __dlpack__ (expected a DLPack producer)");
+    throw_error(Errc::type_error, "from_dlpack(): ", TypeNameOf{obj},
+                " object has no __dlpack__ (expected a DLPack producer)");
   }
   if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
   PyErr_Clear();
@@ -262,9 +270,44 @@ ImportOwner consume_capsule(nb::handle capsule) {
     if (!t) throw_error(Errc::buffer_error, "from_dlpack(): the producer gave a NULL tensor");
     return ImportOwner::tensor(t);
   }
-  throw_error(Errc::type_error,
-              "from_dlpack(): __dlpack__() returned " + type_name_of(capsule) +
-                  ", expected an unconsumed PyCapsule named 'dltensor_versioned' or 'dltensor'");
+  throw_error(Errc::type_error, "from_dlpack(): __dlpack__() returned ", TypeNameOf{capsule},
+              ", expected an unconsumed PyCapsule named 'dltensor_versioned' or 'dltensor'");
+}
+
+// A tensor taken from its producer, and the stream the producer's work is on. Each road is
+// out of line, so that the import's own code stays one short run of instructions.
+struct TakenTensor {
+  ImportOwner owner;
+  std::optional<device::StreamHandle> producer_stream;
+};
+
+[[gnu::noinline]] TakenTensor take_from_exchange_api(const DLPackExchangeAPI* api, nb::handle obj) {
+  DLManagedTensorVersioned* t = nullptr;
+  if (call_python([&] { return api->managed_tensor_from_py_object_no_sync(obj.ptr(), &t); }) != 0)
+    throw nb::python_error();
+  if (!t) throw_error(Errc::buffer_error, "from_dlpack(): the producer gave a NULL tensor");
+  TakenTensor taken{ImportOwner::tensor(t), std::nullopt};
+  // No-sync exchange: the producer's work is on its current work stream.
+  const DLDevice device = t->dl_tensor.device;
+  if (is_cuda_like(device.device_type)) {
+    void* work = nullptr;
+    if (api->current_work_stream(static_cast<DLDeviceType>(device.device_type), device.device_id,
+                                 &work) != 0)
+      throw nb::python_error();
+    taken.producer_stream =
+        work ? reinterpret_cast<device::StreamHandle>(work) : device::kLegacyDefaultStream;
+  }
+  return taken;
+}
+
+[[gnu::noinline]] TakenTensor take_from_dlpack_method(nb::handle obj) {
+  // Ask where the data is first: a CPU producer must not be given a CUDA stream.
+  const std::int32_t device_type = device_type_of(obj);
+  if (!is_cuda_like(device_type) || device_type == kDLCUDAHost)
+    return {consume_capsule(call_dlpack(obj, nb::none())), std::nullopt};
+  // The producer makes our default stream wait for its work; our work then follows it.
+  const auto ours = library_default_stream().handle;
+  return {consume_capsule(call_dlpack(obj, nb::int_(ours))), ours};
 }
 
 // A device copy of a host view (a CPU tensor imported with copy=True).
@@ -280,8 +323,8 @@ View host_to_device(const View& host, const sync::StreamRef& stream) {
 // from_dlpack(..., device=target): the view itself when it is usable on the target device
 // (there already, or pinned or managed memory, which every device reaches) and no copy is
 // asked for; otherwise a copy on the target device, unless copy=false.
-std::optional<View> onto_device(const View& v, std::int32_t device_type, int target,
-                                std::optional<bool> copy) {
+[[gnu::noinline]] std::optional<View> onto_device(const View& v, std::int32_t device_type,
+                                                  int target, std::optional<bool> copy) {
   const int d = device_of(v);
   const bool usable = d < 0 || d == target || device_type != kDLCUDA;
   if (usable && copy != true) return std::nullopt;
@@ -298,8 +341,8 @@ std::optional<View> onto_device(const View& v, std::int32_t device_type, int tar
 }
 
 // Resolve -> View, for a tensor not taken as it is: a copy, a host tensor, a target device.
-View finish_import(Import&& imp, ImportOwner&& owner, const DlpackImport& info,
-                   std::optional<bool> copy, const char* entry, std::optional<int> target) {
+View view_of_import(Import&& imp, ImportOwner&& owner, const DlpackImport& info,
+                    std::optional<bool> copy, const char* entry, std::optional<int> target) {
   // from_dlpack() speaks DLPack (BufferError); the CAI entry points (as_cuda_array, the ops)
   // follow Numba, whose callers catch TypeError for "not a GPU array".
   const bool dlpack_entry = copy.has_value() || std::string_view(entry) == "from_dlpack()";
@@ -336,9 +379,18 @@ View finish_import(Import&& imp, ImportOwner&& owner, const DlpackImport& info,
   return v;
 }
 
+// The import of a tensor not taken as it is. Out of line, as are onto_device and
+// device_number: the import of a device tensor as it is stays one short run of code.
+[[gnu::noinline]] nb::object finish_import(DlpackArray&& a, ImportStream&& stream,
+                                           ImportOwner&& owner, std::optional<bool> copy,
+                                           const char* entry, std::optional<int> target) {
+  Import imp{a.ptr, a.info.readonly, std::move(a.layout), std::move(a.dtype), std::move(stream)};
+  return wrap(view_of_import(std::move(imp), std::move(owner), a.info, copy, entry, target));
+}
+
 // The device of a `device=` argument, by cai.Device's own rule (an int in range, a
 // cai.Device; None is handled by the caller).
-int device_number(nb::handle device) {
+[[gnu::noinline]] int device_number(nb::handle device) {
   if (PyUnicode_Check(device.ptr()))
     throw_error(Errc::type_error,
                 "from_dlpack(): device=" + short_repr(device) +
@@ -373,52 +425,25 @@ bool has_dlpack(nb::handle obj) {
 nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, const char* entry,
                          std::optional<int> target_device) {
   // 1. The tensor, and the stream its producer's work is on.
-  ImportOwner owner;
-  std::optional<device::StreamHandle> producer_stream;
-  if (const DLPackExchangeAPI* api = exchange_api_of(obj)) {
-    DLManagedTensorVersioned* t = nullptr;
-    if (call_python([&] { return api->managed_tensor_from_py_object_no_sync(obj.ptr(), &t); }) != 0)
-      throw nb::python_error();
-    if (!t) throw_error(Errc::buffer_error, "from_dlpack(): the producer gave a NULL tensor");
-    owner = ImportOwner::tensor(t);
-    // No-sync exchange: the producer's work is on its current work stream.
-    const DLDevice device = t->dl_tensor.device;
-    if (is_cuda_like(device.device_type)) {
-      void* work = nullptr;
-      if (api->current_work_stream(static_cast<DLDeviceType>(device.device_type), device.device_id,
-                                   &work) != 0)
-        throw nb::python_error();
-      producer_stream =
-          work ? reinterpret_cast<device::StreamHandle>(work) : device::kLegacyDefaultStream;
-    }
-  } else {
-    // Ask where the data is first: a CPU producer must not be given a CUDA stream.
-    const std::int32_t device_type = device_type_of(obj);
-    nb::object stream = nb::none();
-    if (is_cuda_like(device_type) && device_type != kDLCUDAHost) {
-      // The producer makes our default stream wait for its work; our work then follows it.
-      const auto ours = library_default_stream().handle;
-      stream = nb::int_(ours);
-      producer_stream = ours;
-    }
-    owner = consume_capsule(call_dlpack(obj, stream));
-  }
+  const DLPackExchangeAPI* api = exchange_api_of(obj);
+  TakenTensor taken = api ? take_from_exchange_api(api, obj) : take_from_dlpack_method(obj);
   // 2. The core's checks; the owner releases the tensor if they fail.
+  const ImportOwner& owner = taken.owner;
   DlpackArray a =
       owner.versioned() ? read_dlpack(*owner.versioned()) : read_dlpack(*owner.legacy());
   // 3. The producer's stream, ordered after with sync (`sync` includes cai.config's switch,
   // read once by the caller).
-  ImportStream stream =
-      sync && producer_stream ? ImportStream::producer(*producer_stream) : ImportStream::none();
+  ImportStream stream = sync && taken.producer_stream
+                            ? ImportStream::producer(*taken.producer_stream)
+                            : ImportStream::none();
   // 4. Resolve -> wrap: a device tensor taken as it is, else through a View (a copy, a host
   // tensor, a target device).
-  if (is_cuda_like(a.info.device.device_type) && copy != true && !target_device) {
-    stream.resolve();
-    return wrap_import(a.ptr, a.info.readonly, std::move(a.layout), std::move(a.dtype),
-                       std::move(stream), std::move(owner));
-  }
-  Import imp{a.ptr, a.info.readonly, std::move(a.layout), std::move(a.dtype), std::move(stream)};
-  return wrap(finish_import(std::move(imp), std::move(owner), a.info, copy, entry, target_device));
+  if (!is_cuda_like(a.info.device.device_type) || copy == true || target_device)
+    return finish_import(std::move(a), std::move(stream), std::move(taken.owner), copy, entry,
+                         target_device);
+  stream.resolve();
+  return wrap_import(a.ptr, a.info.readonly, std::move(a.layout), std::move(a.dtype),
+                     std::move(stream), std::move(taken.owner));
 }
 
 // ----- the entries ------------------------------------------------------------------------------

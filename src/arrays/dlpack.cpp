@@ -81,11 +81,10 @@ DlpackTensor export_of(const View& v, bool versioned, std::uint64_t flags, const
 // The array of a tensor, checked.
 DlpackArray read_tensor(const DLTensor& t, DlpackImport info, bool padded, const char* entry) {
   if (t.ndim < 0 || t.ndim > max_ndim)
-    throw_error(Errc::buffer_error, std::string(entry) + ": ndim " + std::to_string(t.ndim) +
-                                        " is out of range [0, " + std::to_string(max_ndim) + "]");
+    throw_error(Errc::buffer_error, entry, ": ndim ", t.ndim, " is out of range [0, ", max_ndim,
+                "]");
   if (t.ndim > 0 && !t.shape)
-    throw_error(Errc::buffer_error,
-                std::string(entry) + ": shape is NULL with ndim " + std::to_string(t.ndim));
+    throw_error(Errc::buffer_error, entry, ": shape is NULL with ndim ", t.ndim);
   DType dtype;
   try {
     dtype = DType::from_dlpack(t.dtype);
@@ -93,26 +92,23 @@ DlpackArray read_tensor(const DLTensor& t, DlpackImport info, bool padded, const
     throw_error(Errc::buffer_error, e.what());
   }
   if (sub_byte(t.dtype) && !padded)
-    throw_error(Errc::buffer_error,
-                std::string(entry) + ": the " + std::to_string(t.dtype.bits) +
-                    "-bit elements are packed (DLPack's default: the producer did not set "
-                    "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED), and cai stores one element "
-                    "per byte as ml_dtypes does; unpack them in the producer first");
+    throw_error(Errc::buffer_error, entry, ": the ", t.dtype.bits,
+                "-bit elements are packed (DLPack's default: the producer did not set "
+                "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED), and cai stores one element per "
+                "byte as ml_dtypes does; unpack them in the producer first");
   const auto n = static_cast<std::size_t>(t.ndim);
   const std::span<const std::int64_t> shape(t.shape, n);
   for (std::size_t i = 0; i < n; ++i)
     if (shape[i] < 0)
-      throw_error(Errc::buffer_error, std::string(entry) + ": shape[" + std::to_string(i) +
-                                          "] is negative (" + std::to_string(shape[i]) + ")");
+      throw_error(Errc::buffer_error, entry, ": shape[", i, "] is negative (", shape[i], ")");
   const std::int64_t itemsize = dtype.itemsize();
   Dims strides;
   if (t.strides) {
     strides.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
       if (__builtin_mul_overflow(t.strides[i], itemsize, &strides[i]))
-        throw_error(Errc::buffer_error, std::string(entry) + ": stride " +
-                                            std::to_string(t.strides[i]) + " of axis " +
-                                            std::to_string(i) + " overflows in bytes");
+        throw_error(Errc::buffer_error, entry, ": stride ", t.strides[i], " of axis ", i,
+                    " overflows in bytes");
     }
   } else {
     // NULL strides (producers before DLPack 1.2): compact row-major.
@@ -124,8 +120,8 @@ DlpackArray read_tensor(const DLTensor& t, DlpackImport info, bool padded, const
   if (out.layout.size() == 0)
     out.ptr = 0;
   else if (out.ptr == 0)
-    throw_error(Errc::buffer_error, std::string(entry) + ": data is NULL for a tensor of " +
-                                        std::to_string(out.layout.size()) + " elements");
+    throw_error(Errc::buffer_error, entry, ": data is NULL for a tensor of ", out.layout.size(),
+                " elements");
   return out;
 }
 
@@ -250,9 +246,8 @@ DlpackTensor to_dlpack(const View& v, const ExportRequest& request,
 DlpackArray read_dlpack(const DLManagedTensorVersioned& t) {
   constexpr const char* entry = "from_dlpack()";
   if (t.version.major != DLPACK_MAJOR_VERSION)
-    throw_error(Errc::buffer_error,
-                std::string(entry) + ": DLPack major version " + std::to_string(t.version.major) +
-                    " is not supported (cai reads " + std::to_string(DLPACK_MAJOR_VERSION) + ".x)");
+    throw_error(Errc::buffer_error, entry, ": DLPack major version ", t.version.major,
+                " is not supported (cai reads ", DLPACK_MAJOR_VERSION, ".x)");
   return read_tensor(t.dl_tensor,
                      {t.dl_tensor.device, (t.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0,
                       (t.flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0},

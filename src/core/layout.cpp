@@ -61,41 +61,29 @@ std::string axis_range_text(int ndim) {
 
 Layout::Layout(Dims shape, Dims byte_strides, std::int64_t itemsize)
     : shape_(std::move(shape)), strides_(std::move(byte_strides)), itemsize_(itemsize) {
-  if (shape_.size() != strides_.size()) {
-    throw_error(Errc::value_error, "Layout: shape " + format_dims(shape_) + " has " +
-                                       to_string(shape_.size()) + " dimensions but strides " +
-                                       format_dims(strides_) + " has " +
-                                       to_string(strides_.size()));
-  }
-  if (shape_.size() > static_cast<std::size_t>(max_ndim)) {
-    throw_error(Errc::value_error, "Layout: " + to_string(shape_.size()) + " dimensions, at most " +
-                                       to_string(max_ndim) + " are supported");
-  }
-  for (std::size_t i = 0; i < shape_.size(); ++i) {
-    if (shape_[i] < 0) {
-      throw_error(Errc::value_error, "Layout: shape " + format_dims(shape_) +
-                                         " has a negative size at axis " + to_string(i));
-    }
-  }
-  if (itemsize_ < 0) {
-    throw_error(Errc::value_error, "Layout: item size " + to_string(itemsize_) + " is negative");
-  }
+  if (shape_.size() != strides_.size())
+    throw_error(Errc::value_error, "Layout: shape ", shape_, " has ", shape_.size(),
+                " dimensions but strides ", strides_, " has ", strides_.size());
+  if (shape_.size() > static_cast<std::size_t>(max_ndim))
+    throw_error(Errc::value_error, "Layout: ", shape_.size(), " dimensions, at most ", max_ndim,
+                " are supported");
+  for (std::size_t i = 0; i < shape_.size(); ++i)
+    if (shape_[i] < 0)
+      throw_error(Errc::value_error, "Layout: shape ", shape_, " has a negative size at axis ", i);
+  if (itemsize_ < 0)
+    throw_error(Errc::value_error, "Layout: item size ", itemsize_, " is negative");
   std::int64_t count;
   bool has_zero;
   std::int64_t bytes;
-  if (!count_nonzero(shape_, count, has_zero) || __builtin_mul_overflow(count, itemsize_, &bytes)) {
-    throw_error(Errc::overflow, "Layout: the byte size of shape " + format_dims(shape_) +
-                                    " with item size " + to_string(itemsize_) + " overflows int64");
-  }
+  if (!count_nonzero(shape_, count, has_zero) || __builtin_mul_overflow(count, itemsize_, &bytes))
+    throw_error(Errc::overflow, "Layout: the byte size of shape ", shape_, " with item size ",
+                itemsize_, " overflows int64");
   size_ = has_zero ? 0 : count;
   const std::optional<Extent> e = checked_extent(shape_, strides_, itemsize_);
-  if (e) {
-    extent_ = *e;
-  } else {
-    throw_error(Errc::overflow, "Layout: the byte extent of shape " + format_dims(shape_) +
-                                    " with strides " + format_dims(strides_) + " and item size " +
-                                    to_string(itemsize_) + " overflows int64");
-  }
+  if (!e)
+    throw_error(Errc::overflow, "Layout: the byte extent of shape ", shape_, " with strides ",
+                strides_, " and item size ", itemsize_, " overflows int64");
+  extent_ = *e;
 }
 
 Layout::Layout(Dims shape, Dims byte_strides, std::int64_t itemsize, Extent extent,

@@ -147,16 +147,26 @@ class Dims {
   std::int64_t inline_[inline_capacity];
 };
 
-/// Formats values the way Python prints a tuple: "()", "(3,)", "(2, 3)". For error messages.
-inline std::string format_dims(std::span<const std::int64_t> values) {
-  std::string out = "(";
+/// Appends values the way Python prints a tuple: "()", "(3,)", "(2, 3)". For error messages.
+inline void append_dims(std::string& out, std::span<const std::int64_t> values) {
+  out += '(';
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (i != 0) out += ", ";
     out += std::to_string(values[i]);
   }
   if (values.size() == 1) out += ',';
   out += ')';
+}
+
+inline std::string format_dims(std::span<const std::int64_t> values) {
+  std::string out;
+  append_dims(out, values);
   return out;
+}
+
+/// A Dims in a throw_error message, as a tuple.
+inline void append_part(std::string& out, const Dims& values) {
+  append_dims(out, values);
 }
 
 }  // namespace cai
