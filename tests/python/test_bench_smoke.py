@@ -8,9 +8,12 @@ built them, they are also driven through --cpp-bench here.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from xml.etree import ElementTree
+
+import pytest
 
 from helpers import ROOT, build_dir
 
@@ -78,3 +81,23 @@ def test_markdown_keeps_hand_written_parts(tmp_path):
     assert text.startswith("# Title\n\nhand-written intro\n")
     assert text.rstrip().endswith("hand-written analysis")
     assert "\nold\n" not in text and "| measurement |" in text
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="bench/footprint.py needs valgrind")
+def test_footprint_counts_the_lines_a_call_runs():
+    # A call into cai runs lines of the extension on every call; the empty statement runs none
+    # there (only the loop, in the interpreter).
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "footprint.py"), "--calls", "300",
+                          "cai.as_cuda_array(a)", "pass"],
+                         capture_output=True, text=True, check=True, timeout=600).stdout
+    reports = {}
+    for block in out.split("\n")[:-1]:
+        if not block.startswith(" "):
+            statement, total = block.split(": ", 1)
+            reports[statement] = {"total": int(total.split()[0])}
+        else:
+            count, obj = block.split()
+            reports[statement][obj.split(".")[0]] = int(count)
+    call, empty = reports["cai.as_cuda_array(a)"], reports["pass"]
+    assert call["_cai"] > 0 and "_cai" not in empty
+    assert call["total"] > empty["total"] > 0
