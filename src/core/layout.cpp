@@ -61,29 +61,47 @@ std::string axis_range_text(int ndim) {
 
 Layout::Layout(Dims shape, Dims byte_strides, std::int64_t itemsize)
     : shape_(std::move(shape)), strides_(std::move(byte_strides)), itemsize_(itemsize) {
-  if (shape_.size() != strides_.size())
-    throw_error(Errc::value_error, "Layout: shape ", shape_, " has ", shape_.size(),
-                " dimensions but strides ", strides_, " has ", strides_.size());
-  if (shape_.size() > static_cast<std::size_t>(max_ndim))
-    throw_error(Errc::value_error, "Layout: ", shape_.size(), " dimensions, at most ", max_ndim,
+  const std::size_t n = shape_.size();
+  if (n != strides_.size())
+    throw_error(Errc::value_error, "Layout: shape ", shape_, " has ", n, " dimensions but strides ",
+                strides_, " has ", strides_.size());
+  if (n > static_cast<std::size_t>(max_ndim))
+    throw_error(Errc::value_error, "Layout: ", n, " dimensions, at most ", max_ndim,
                 " are supported");
-  for (std::size_t i = 0; i < shape_.size(); ++i)
-    if (shape_[i] < 0)
-      throw_error(Errc::value_error, "Layout: shape ", shape_, " has a negative size at axis ", i);
+  // One pass: the first negative size, the count over the non-zero sizes (what NumPy
+  // overflow-checks) and the extent; the failures are then reported in that order.
+  std::size_t negative_axis = n;
+  bool has_zero = false, count_overflows = false, extent_overflows = false;
+  std::int64_t count = 1;
+  Extent extent{0, itemsize_};
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t d = shape_[i];
+    if (d <= 0) {
+      if (d < 0 && negative_axis == n) negative_axis = i;
+      has_zero = has_zero || d == 0;
+      continue;
+    }
+    count_overflows = __builtin_mul_overflow(count, d, &count) || count_overflows;
+    extent_overflows = !extend_extent(extent, strides_[i], d) || extent_overflows;
+  }
+  if (negative_axis != n)
+    throw_error(Errc::value_error, "Layout: shape ", shape_, " has a negative size at axis ",
+                negative_axis);
   if (itemsize_ < 0)
     throw_error(Errc::value_error, "Layout: item size ", itemsize_, " is negative");
-  std::int64_t count;
-  bool has_zero;
   std::int64_t bytes;
-  if (!count_nonzero(shape_, count, has_zero) || __builtin_mul_overflow(count, itemsize_, &bytes))
+  if (count_overflows || __builtin_mul_overflow(count, itemsize_, &bytes))
     throw_error(Errc::overflow, "Layout: the byte size of shape ", shape_, " with item size ",
                 itemsize_, " overflows int64");
-  size_ = has_zero ? 0 : count;
-  const std::optional<Extent> e = checked_extent(shape_, strides_, itemsize_);
-  if (!e)
+  if (has_zero) {
+    size_ = 0;  // and extent_ stays {0, 0}
+    return;
+  }
+  if (extent_overflows)
     throw_error(Errc::overflow, "Layout: the byte extent of shape ", shape_, " with strides ",
                 strides_, " and item size ", itemsize_, " overflows int64");
-  extent_ = *e;
+  size_ = count;
+  extent_ = extent;
 }
 
 Layout::Layout(Dims shape, Dims byte_strides, std::int64_t itemsize, Extent extent,

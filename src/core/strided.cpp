@@ -34,10 +34,7 @@ std::optional<Extent> checked_extent(Shape shape, Strides strides, std::int64_t 
   if (has_zero(shape)) return Extent{0, 0};
   Extent e{0, itemsize};
   for (std::size_t i = 0; i < shape.size(); ++i) {
-    std::int64_t reach;
-    if (__builtin_mul_overflow(strides[i], shape[i] - 1, &reach)) return std::nullopt;
-    std::int64_t& end = reach < 0 ? e.lo : e.hi;
-    if (__builtin_add_overflow(end, reach, &end)) return std::nullopt;
+    if (!extend_extent(e, strides[i], shape[i])) return std::nullopt;
   }
   return e;
 }

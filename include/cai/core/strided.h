@@ -53,6 +53,16 @@ inline bool same_shape(Shape a, Shape b) noexcept {
 /// The extent, or nullopt if an offset overflows int64 (or the ranks differ). No other checks.
 std::optional<Extent> checked_extent(Shape shape, Strides strides, std::int64_t itemsize) noexcept;
 
+/// One axis of that extent: widens `e` by `size` (>= 1) elements `stride` bytes apart; false
+/// when an offset overflows int64 (`e` is then meaningless). checked_extent is this over every
+/// axis, starting from {0, itemsize}, for a layout with no zero dimension.
+inline bool extend_extent(Extent& e, std::int64_t stride, std::int64_t size) noexcept {
+  std::int64_t reach;
+  if (__builtin_mul_overflow(stride, size - 1, &reach)) return false;
+  std::int64_t& end = reach < 0 ? e.lo : e.hi;
+  return !__builtin_add_overflow(end, reach, &end);
+}
+
 /// The absolute bytes of extent `e` at `ptr`; nullopt when they wrap the address space.
 std::optional<ByteRange> byte_range(std::uint64_t ptr, Extent e) noexcept;
 /// The absolute bytes of the layout at `ptr`, or nullopt when they wrap around the address

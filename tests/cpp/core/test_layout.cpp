@@ -99,6 +99,38 @@ TEST(layout_test, construct_overflow) {
   EXPECT_EQ(edge.extent(), (Layout::Extent{min64, 1}));
 }
 
+TEST(layout_test, construct_reports_the_first_rule_broken) {
+  // The checks run in one pass; the failures are reported in the order of the rules: a negative
+  // size, then the item size, then the element count, then the extent.
+  EXPECT_THAT(
+      [] {
+        make({2, -1}, {4, 4}, -4);
+      },
+      ThrowsCaiError(Errc::value_error, HasSubstr("negative size at axis 1")));
+  EXPECT_THAT(
+      [] {
+        make({-3, 2, -1}, {0, 0, 0}, 1);
+      },
+      ThrowsCaiError(Errc::value_error, HasSubstr("negative size at axis 0")));
+  EXPECT_THAT(
+      [] {
+        make({max64, 2, -1}, {0, 0, 0}, 1);
+      },
+      ThrowsCaiError(Errc::value_error, HasSubstr("negative size at axis 2")));
+  EXPECT_THAT(
+      [] {
+        make({max64, 2}, {max64, max64}, 1);
+      },
+      ThrowsCaiError(Errc::overflow, HasSubstr("byte size")));
+  // A zero-size layout reaches no byte, whatever its strides: no extent to overflow.
+  const Layout empty = make({0, 3}, {4, max64}, 4);
+  EXPECT_EQ(empty.size(), 0);
+  EXPECT_EQ(empty.extent(), (Layout::Extent{0, 0}));
+  // A dimension of size 1 adds no reach, whatever its stride.
+  EXPECT_EQ(make({1, 3}, {max64, 4}, 4).extent(), (Layout::Extent{0, 12}));
+  EXPECT_EQ(make({}, {}, 8).extent(), (Layout::Extent{0, 8}));
+}
+
 TEST(layout_test, checked_helpers) {
   const Dims shape{2, 3};
   EXPECT_EQ(Layout::checked_nbytes(shape, 4), 24);
