@@ -52,10 +52,15 @@ def executed(statement: str, calls: int, workdir: str) -> collections.Counter:
         f.write(RUNNER.format(bench=os.path.join(ROOT, "bench"),
                               floor=os.path.join(ROOT, "build", "bench_floor")))
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
-    subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=yes", "--compress-pos=no",
-                    "--compress-strings=no", f"--callgrind-out-file={out}", sys.executable,
-                    runner, statement, str(calls)],
-                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=yes", "--compress-pos=no",
+                          "--compress-strings=no", f"--callgrind-out-file={out}", sys.executable,
+                          runner, statement, str(calls)],
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if run.returncode != 0:
+        lines = run.stderr.splitlines()
+        own = [line for line in lines if not line.startswith("==")]  # the program's, not valgrind's
+        sys.exit(f"footprint.py: callgrind of {statement!r} failed (exit {run.returncode}):\n"
+                 + "\n".join((own or lines)[-15:]))
     counts: collections.Counter = collections.Counter()
     obj = fn = None
     after_call = False  # the cost line after calls= is the callee's, not this function's

@@ -84,6 +84,8 @@ def test_markdown_keeps_hand_written_parts(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="bench/footprint.py needs valgrind")
+@pytest.mark.skipif(bool(os.environ.get("CAI_SANITIZED")),
+                    reason="valgrind cannot run a process built with a sanitizer")
 def test_footprint_counts_the_lines_a_call_runs():
     # A call into cai runs lines of the extension on every call; the empty statement runs none
     # there (only the loop, in the interpreter).
