@@ -47,10 +47,10 @@ void plan_dl_device(DLDevice want, DLDevice here, std::optional<bool> copy, Expo
 /// stream). `here` is the DLPack device of the array's memory. Touches no driver. Inline: it
 /// is on every export's path.
 inline ExportPlan plan_export(const ExportRequest& request, DLDevice here) {
-  using Kind = ExportPlan::Kind;
   ExportPlan plan;
   if (request.dl_device) detail::plan_dl_device(*request.dl_device, here, request.copy, plan.kind);
-  if (plan.kind == Kind::borrow && request.copy == true) plan.kind = Kind::device_copy;
+  if (plan.kind == ExportPlan::Kind::borrow && request.copy == true)
+    plan.kind = ExportPlan::Kind::device_copy;
   // The consumer's stream, checked for every plan: None = the legacy default for CUDA
   // memory, -1 = no ordering.
   std::optional<device::StreamHandle> consumer;
@@ -63,7 +63,8 @@ inline ExportPlan plan_export(const ExportRequest& request, DLDevice here) {
   } else if (*request.stream != -1) {
     consumer = static_cast<device::StreamHandle>(*request.stream);
   }
-  if (plan.kind != Kind::host_copy) plan.wait = consumer;  // a host copy is done on return
+  if (plan.kind != ExportPlan::Kind::host_copy)
+    plan.wait = consumer;  // a host copy is done on return
   return plan;
 }
 
