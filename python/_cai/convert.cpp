@@ -4,6 +4,10 @@
 
 #include <nanobind/stl/string.h>
 
+#include <cstdint>
+
+#include "fastcall.h"
+
 namespace cai::python {
 
 std::string type_name_of(nb::handle o) {
@@ -182,6 +186,42 @@ std::shared_ptr<const void> keep_alive(nb::handle obj) {
 PyObject* kept_object(const std::shared_ptr<const void>& owner) noexcept {
   if (!owner || !std::get_deleter<ReleasePyObject>(owner)) return nullptr;
   return static_cast<PyObject*>(const_cast<void*>(owner.get()));
+}
+
+void match_args(const char* entry, PyObject* const* args, std::size_t nargsf, PyObject* kwnames,
+                std::span<PyObject* const> names, std::size_t positional, std::size_t required,
+                std::span<PyObject*> out) {
+  const std::size_t n = names.size();
+  const auto nargs = static_cast<std::size_t>(PyVectorcall_NARGS(nargsf));
+  if (nargs > positional)
+    throw_error(Errc::type_error, entry, ": takes at most ", positional, " positional argument",
+                positional == 1 ? "" : "s", " (", nargs, " given)");
+  std::uint64_t given = 0;  // bit i: names[i] was given
+  for (std::size_t i = 0; i < nargs; ++i) {
+    out[i] = args[i];
+    given |= std::uint64_t{1} << i;
+  }
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+    std::size_t i = 0;
+    while (i < n && names[i] != key) ++i;  // callers' literals are interned like ours
+    if (i == n) {
+      i = 0;
+      while (i < n && PyUnicode_Compare(names[i], key) != 0) ++i;
+      if (PyErr_Occurred()) PyErr_Clear();
+    }
+    if (i == n) throw_error(Errc::type_error, entry, ": unexpected keyword argument ", ReprOf{key});
+    if (given & (std::uint64_t{1} << i))
+      throw_error(Errc::type_error, entry, ": got multiple values for argument '",
+                  PyUnicode_AsUTF8(names[i]), "'");
+    out[i] = args[nargs + static_cast<std::size_t>(k)];
+    given |= std::uint64_t{1} << i;
+  }
+  for (std::size_t i = 0; i < required; ++i)
+    if (!(given & (std::uint64_t{1} << i)))
+      throw_error(Errc::type_error, entry, ": missing required argument '",
+                  PyUnicode_AsUTF8(names[i]), "'");
 }
 
 }  // namespace cai::python

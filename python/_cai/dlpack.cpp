@@ -221,8 +221,8 @@ ExportRequest read_request(const ExportArgs& args) {
   r.versioned = !args.max_version.is_none() && asks_versioned(args.max_version);
   if (!args.copy.is_none()) {
     if (!PyBool_Check(args.copy.ptr()))
-      throw_error(Errc::type_error,
-                  "__dlpack__(): copy: expected None or a bool, got " + type_name_of(args.copy));
+      throw_error(Errc::type_error, "__dlpack__(): copy: expected None or a bool, got ",
+                  TypeNameOf{args.copy});
     r.copy = args.copy.ptr() == Py_True;
   }
   if (!args.dl_device.is_none()) {

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstddef>
+#include <span>
 #include <string>
 
 #include "cai/core/error.h"
@@ -19,40 +20,18 @@ namespace cai::python {
 /// The arguments of a call, matched to `names` (interned): the first `positional` may come by
 /// position, the others by keyword only. Those not given keep what `out` held (their defaults).
 /// Throws Error(type_error) "<entry>: ..." for a missing, repeated or unknown argument.
+/// One function for every entry (not one per count of names): a call that passes through two
+/// entries, as from_dlpack and the producer's __dlpack__, runs its code once.
+void match_args(const char* entry, PyObject* const* args, std::size_t nargsf, PyObject* kwnames,
+                std::span<PyObject* const> names, std::size_t positional, std::size_t required,
+                std::span<PyObject*> out);
+
 template <std::size_t N>
-void read_args(const char* entry, PyObject* const* args, std::size_t nargsf, PyObject* kwnames,
-               const std::array<PyObject*, N>& names, std::size_t positional, std::size_t required,
-               std::array<PyObject*, N>& out) {
-  const auto nargs = static_cast<std::size_t>(PyVectorcall_NARGS(nargsf));
-  if (nargs > positional)
-    throw_error(Errc::type_error, entry, ": takes at most ", positional, " positional argument",
-                positional == 1 ? "" : "s", " (", nargs, " given)");
-  std::array<bool, N> given{};
-  for (std::size_t i = 0; i < nargs; ++i) {
-    out[i] = args[i];
-    given[i] = true;
-  }
-  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-  for (Py_ssize_t k = 0; k < nkw; ++k) {
-    PyObject* key = PyTuple_GET_ITEM(kwnames, k);
-    std::size_t i = 0;
-    while (i < N && names[i] != key) ++i;  // callers' literals are interned like ours
-    if (i == N) {
-      i = 0;
-      while (i < N && PyUnicode_Compare(names[i], key) != 0) ++i;
-      if (PyErr_Occurred()) PyErr_Clear();
-    }
-    if (i == N) throw_error(Errc::type_error, entry, ": unexpected keyword argument ", ReprOf{key});
-    if (given[i])
-      throw_error(Errc::type_error, entry, ": got multiple values for argument '",
-                  PyUnicode_AsUTF8(names[i]), "'");
-    out[i] = args[nargs + static_cast<std::size_t>(k)];
-    given[i] = true;
-  }
-  for (std::size_t i = 0; i < required; ++i)
-    if (!given[i])
-      throw_error(Errc::type_error, entry, ": missing required argument '",
-                  PyUnicode_AsUTF8(names[i]), "'");
+inline void read_args(const char* entry, PyObject* const* args, std::size_t nargsf,
+                      PyObject* kwnames, const std::array<PyObject*, N>& names,
+                      std::size_t positional, std::size_t required, std::array<PyObject*, N>& out) {
+  static_assert(N <= 64, "match_args marks the arguments given in one 64-bit word");
+  match_args(entry, args, nargsf, kwnames, names, positional, required, out);
 }
 
 /// A bool argument: True or False only (as nanobind's bool caster reads it).
