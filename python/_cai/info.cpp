@@ -1,4 +1,4 @@
-// cai._cai._cuda_info() and _devices(): the facts behind `python -m cai info`.
+// cai._cai._cuda_info(), _build_info() and _devices(): the facts behind `python -m cai info`.
 
 #include <nanobind/stl/string.h>
 
@@ -22,6 +22,22 @@ void bind_info(nb::module_& m) {
       },
       nb::sig("def _cuda_info() -> dict[str, typing.Any]"),
       "The CUDA headers cai was built with, its kernels, and the driver found at run time.");
+  m.def(
+      "_build_info",
+      [] {
+#if defined(__clang__)
+        const char* compiler = "clang " __clang_version__;
+#elif defined(__GNUC__)
+        const char* compiler = "GCC " __VERSION__;
+#else
+        const char* compiler = "unknown";
+#endif
+        return dict_of({"compiler"_a = compiler, "lto"_a = CAI_BUILD_LTO != 0,
+                        "profile_guided"_a = CAI_BUILD_PROFILE_GUIDED != 0});
+      },
+      nb::sig("def _build_info() -> dict[str, typing.Any]"),
+      "How this extension was compiled: the compiler, link-time and profile-guided "
+      "optimization (cmake/cai_pgo.cmake).");
   m.def(
       "_devices",
       [] {

@@ -81,6 +81,7 @@ def collect() -> dict[str, Any]:
         "simulator": {"active": _cai.sim.active(),
                       "race_detection": _cai.sim.race_detection() if _cai.sim.active() else None},
         "cuda": cuda,
+        "build": _cai._build_info(),
         "switches": {"CUDA_ARRAY_INTERFACE_SYNC": config.CUDA_ARRAY_INTERFACE_SYNC,
                      "EXPORT_STREAM": config.EXPORT_STREAM,
                      "CAI_BACKEND": forced},
@@ -115,6 +116,10 @@ def _lines(info: dict[str, Any]) -> list[str]:
                else "no PTX (no nvcc at build time): they run on the simulated driver only")
     out.append(f"Driver API requested: CUDA {cuda_version_text(cuda['api_version'])}; "
                f"kernels: {kernels}")
+    build = info["build"]
+    optimized = [name for name, on in (("link-time optimized", build["lto"]),
+                                       ("profile-guided", build["profile_guided"])) if on]
+    out.append(f"Build: {build['compiler']}" + "".join(f", {o}" for o in optimized))
     if cuda["driver_loaded"]:
         out.append(f"CUDA driver: {cuda_version_text(cuda['driver_version'])}, "
                    f"{cuda['devices']} device(s)")

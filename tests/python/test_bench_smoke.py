@@ -103,3 +103,22 @@ def test_footprint_counts_the_lines_a_call_runs():
     call, empty = reports["cai.as_cuda_array(a)"], reports["pass"]
     assert call["_cai"] > 0 and "_cai" not in empty
     assert call["total"] > empty["total"] > 0
+
+
+def test_pgo_training_runs_every_cai_row_of_the_benchmark():
+    # cmake/cai_pgo.cmake runs this with an instrumented _cai; here it runs with the installed
+    # one. Every cai row of bench/interop.py that needs no separately built module is run.
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import interop
+    finally:
+        sys.path.pop(0)
+    nowhere = str(ROOT / "no-such-module")
+    expected = [row.key for row in interop.build_rows(caster_dir=nowhere, floor_dir=nowhere)
+                if row.cai is not None and not isinstance(row.cai, interop.Fixed)
+                and not row.key.startswith(("torch", "cuda_core"))]
+    assert {"import", "export", "dlpack_export", "dlpack_import", "ops_add"} <= set(expected)
+    env = dict(os.environ, CAI_BACKEND="sim")
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "pgo_train.py")], env=env,
+                         capture_output=True, text=True, check=True, timeout=300).stdout
+    assert out == f"pgo_train.py: {len(expected)} statements, 2000 calls each\n"

@@ -56,6 +56,22 @@ def test_info_json_matches_show_config():
     json.dumps(facts)  # JSON types only
 
 
+@pytest.mark.skipif(bool(os.environ.get("CAI_SANITIZED")),
+                    reason="a sanitizer's build of _cai is not the wheel's")
+def test_info_reports_how_the_wheel_was_optimized():
+    # The wheel's build (scripts/setup.sh) is profile-guided wherever GCC builds it
+    # (cmake/cai_pgo.cmake): a training run that failed would only warn at build time.
+    build = cai.show_config(file=io.StringIO(), as_json=True)["build"]
+    assert build["compiler"].split()[0] in {"GCC", "clang"}
+    assert build["profile_guided"] == build["compiler"].startswith("GCC")
+    r = run_module("info")
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("Build: "))
+    assert line.startswith(f"Build: {build['compiler']}")
+    assert ("profile-guided" in line) == build["profile_guided"]
+    assert ("link-time optimized" in line) == build["lto"]
+
+
 def test_info_imports_no_array_library():
     # Versions come from package metadata: importing CuPy or PyTorch would cost seconds.
     code = ("import sys, io, cai; cai.show_config(file=io.StringIO()); "
