@@ -122,3 +122,24 @@ def test_pgo_training_runs_every_cai_row_of_the_benchmark():
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "pgo_train.py")], env=env,
                          capture_output=True, text=True, check=True, timeout=300).stdout
     assert out == f"pgo_train.py: {len(expected)} statements, 2000 calls each\n"
+
+
+def test_ratios_pair_the_statements_of_each_round():
+    # The machine slowed 3x after the first round for cai and after the second for the peer
+    # (each ran just before the change): within every round the peer took 1.1x cai's time
+    # except the second, where only cai ran slow.
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import interop
+    finally:
+        sys.path.pop(0)
+
+    def case(samples):
+        c = interop.Case("pass", {}, None)
+        c.samples = list(samples)
+        return c
+
+    cai, peer = case([100, 300, 300]), case([110, 110, 330])
+    row = interop.Row("r", "r", cai, "peer", peer, floor_case=case([50, 150, 150]))
+    assert row.ratio == pytest.approx(1.1)  # the ratio of the medians would be 110 / 300
+    assert row.over_floor == pytest.approx(2.0)
