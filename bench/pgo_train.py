@@ -7,7 +7,8 @@ together and moves the rest out of the way. The statements are the benchmark's o
 profile follows what docs/benchmarks.md measures; the peers' statements (NumPy, PyTorch,
 cuda.core) are not run.
 
-    PYTHONPATH=<staged package> CAI_BACKEND=sim CAI_SIM_DRIVER=<libcuda.so.1> python bench/pgo_train.py
+    PYTHONPATH=<staged package> CAI_BACKEND=sim CAI_SIM_DRIVER=<libcuda.so.1> \
+        python bench/pgo_train.py
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def main() -> int:
     ran = 0
     for row in rows:
         case = row.cai
-        if case is None or isinstance(case, interop.Fixed) or row.key.startswith(("torch", "cuda_core")):
+        peer_only = row.key.startswith(("torch", "cuda_core"))
+        if case is None or isinstance(case, interop.Fixed) or peer_only:
             continue
         case.check()
         case.number = CALLS
