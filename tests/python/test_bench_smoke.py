@@ -143,3 +143,45 @@ def test_ratios_pair_the_statements_of_each_round():
     row = interop.Row("r", "r", cai, "peer", peer, floor_case=case([50, 150, 150]))
     assert row.ratio == pytest.approx(1.1)  # the ratio of the medians would be 110 / 300
     assert row.over_floor == pytest.approx(2.0)
+
+
+def test_compare_pairs_the_runs_of_two_installs():
+    # bench/compare.py: the machine ran 2x slower for the second pair of runs and 3x for the
+    # third; within every pair this install took 1.1x the base's time on "import" and the same
+    # on "export". A row missing from one run is left out, not compared with a gap.
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import compare
+    finally:
+        sys.path.pop(0)
+
+    def runs(imports, exports, missing_in=None):
+        return [{"rows": {"import": {"cai": i}, "export": {"cai": e},
+                          **({} if n == missing_in else {"caster1": {"cai": 40}})}}
+                for n, (i, e) in enumerate(zip(imports, exports))]
+
+    this = runs([110, 220, 330], [50, 100, 150], missing_in=2)
+    base = runs([100, 200, 300], [50, 100, 150])
+    rows = {k: (t, b, r) for k, t, b, r in compare.compare(this, base)}
+    assert set(rows) == {"import", "export"}
+    assert rows["import"] == (220, 200, pytest.approx(1.1))
+    assert rows["export"] == (100, 100, pytest.approx(1.0))
+    # Unpaired (the median of one over the median of the other) would not see the drift cancel.
+    this[0]["rows"]["import"]["cai"] = 330
+    assert compare.compare(this, base)[0][3] == pytest.approx(1.1)
+
+
+def test_compare_runs_interop_under_both_interpreters(tmp_path):
+    # The same install on both sides, smoke counts: every row of one run is in the table.
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "compare.py"), "--base", sys.executable,
+         "--runs", "1", "--json", str(tmp_path / "ab.json"), "--", "--quick",
+         "--floor-dir", str(build_dir("bench_floor"))],
+        capture_output=True, text=True, timeout=600, check=True).stdout
+    data = json.loads((tmp_path / "ab.json").read_text())
+    assert len(data["this"]) == len(data["base"]) == 1
+    measured = [k for k, v in data["this"][0]["rows"].items() if v["cai"]]
+    assert {"import", "export", "dlpack_import"} <= set(measured)
+    for key in measured:
+        assert f"| {key} | " in out
+    assert "1 runs per install" in out
