@@ -149,70 +149,78 @@ std::string host_memory_message(nb::handle obj, const char* who) {
          "implicitly: copy it first (cai.to_device(x))";
 }
 
-// The C API's import, the caster's per-argument path: a cai array that fits is a type check,
-// a check of its inline fields against the cached spec and a struct filled in; a foreign one is
-// imported as by cai.as_cuda_array, its producer's stream ordered after only once it fits.
+// The C API's import of an array that has not fitted `request` before (or with no request):
+// a foreign one is imported as by cai.as_cuda_array, its producer's stream ordered after only
+// once it fits. Returns 1 when it does not fit (the TypeError set unless CAI_IMPORT_QUIET).
+[[gnu::noinline]] int import_and_fit(nb::handle h, PyArray* cai_array,
+                                     const CaiArrayRequest* request, const char* who,
+                                     std::uint32_t options, CaiArrayInfo& out,
+                                     std::int64_t* element_strides) {
+  // Classify -> parse.
+  std::optional<ParsedArray> parsed;  // a foreign array's (ours: nothing to parse)
+  if (!cai_array) {
+    try {
+      parsed.emplace(parse_array(h, true, who));
+    } catch (...) {
+      // A host array is an array that does not fit (the caster's second pass says why),
+      // not "no array" (nanobind's generic message).
+      if (!request || !in_host_memory(h)) throw;
+      if (!(options & CAI_IMPORT_QUIET))
+        PyErr_SetString(PyExc_TypeError, host_memory_message(h, who).c_str());
+      return 1;
+    }
+    if (parsed->array.is_valid()) cai_array = as_py_array(parsed->array);
+  }
+  // The typed check, on the fields: a foreign array it refuses costs no driver call.
+  const Interface* f = parsed ? &parsed->fields : nullptr;  // used when !cai_array
+  std::int64_t strides[max_ndim];
+  if (request) {
+    const TypedViewSpec& spec = spec_of(*request);
+    const TypedViewMismatch m =
+        cai_array ? check_typed_view(cai_array->ptr(), cai_array->dtype(), cai_array->layout(),
+                                     cai_array->readonly(), cai_array->masked(), spec, strides)
+                  : check_typed_view(f->ptr, f->dtype, f->layout, f->readonly,
+                                     parsed->mask != nullptr, spec, strides);
+    if (m != TypedViewMismatch::none) {
+      if (!(options & CAI_IMPORT_QUIET)) {
+        const std::string message =
+            cai_array ? typed_view_message(cai_array->view(), spec, m, who)
+                      : typed_view_message(
+                            Import{f->ptr, f->readonly, f->layout, f->dtype}.unresolved_view(),
+                            spec, m, who);
+        PyErr_SetString(PyExc_TypeError, message.c_str());
+      }
+      return 1;
+    }
+  } else if (element_strides) {
+    const Layout& layout = cai_array ? cai_array->layout() : f->layout;
+    if (!layout.try_element_strides(element_strides))
+      (void)layout.element_strides();  // throws the rule's message
+  }
+  // Resolve -> wrap.
+  nb::object array = parsed ? std::move(*parsed).wrap() : nb::borrow(h);
+  PyArray& a = cai_array ? *cai_array : *as_py_array(array);
+  if (request) remember_fit(a, *request, strides, element_strides);
+  describe(a, std::move(array), out);
+  return 0;
+}
+
+// The C API's import, the caster's per-argument path: a cai array that passed this very
+// request before keeps its answer (the layout, dtype and flags of an array never change), so
+// it costs a type check, a compare and a struct filled in; anything else is import_and_fit.
 int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char* entry,
                       std::uint32_t options, CaiArrayInfo* out,
                       std::int64_t* element_strides) noexcept {
   int fits = 0;
   const int rc = guarded([&] {
     require_size(out->size, sizeof(CaiArrayInfo), "CaiArrayInfo");
-    const char* who = entry ? entry : "cai C API";
     nb::handle h(obj);
-    // Classify -> parse.
     PyArray* cai_array = as_py_array(h);
-    std::optional<ParsedArray> parsed;  // a foreign array's (ours: nothing to parse)
-    if (!cai_array) {
-      try {
-        parsed.emplace(parse_array(h, true, who));
-      } catch (...) {
-        // A host array is an array that does not fit (the caster's second pass says why),
-        // not "no array" (nanobind's generic message).
-        if (!request || !in_host_memory(h)) throw;
-        fits = 1;
-        if (!(options & CAI_IMPORT_QUIET))
-          PyErr_SetString(PyExc_TypeError, host_memory_message(h, who).c_str());
-        return;
-      }
-      if (parsed->array.is_valid()) cai_array = as_py_array(parsed->array);
-    }
-    // The typed check, on the fields: a foreign array it refuses costs no driver call.
-    const Interface* f = parsed ? &parsed->fields : nullptr;  // used when !cai_array
-    std::int64_t strides[max_ndim];
-    const bool fitted_before =
-        request && cai_array && fitted(*cai_array, *request, element_strides);
-    if (request && !fitted_before) {
-      // (An array that passed this very request before keeps its answer: the layout, dtype
-      // and flags of an array never change.)
-      const TypedViewSpec& spec = spec_of(*request);
-      const TypedViewMismatch m =
-          cai_array ? check_typed_view(cai_array->ptr(), cai_array->dtype(), cai_array->layout(),
-                                       cai_array->readonly(), cai_array->masked(), spec, strides)
-                    : check_typed_view(f->ptr, f->dtype, f->layout, f->readonly,
-                                       parsed->mask != nullptr, spec, strides);
-      if (m != TypedViewMismatch::none) {
-        fits = 1;
-        if (!(options & CAI_IMPORT_QUIET)) {
-          const std::string message =
-              cai_array ? typed_view_message(cai_array->view(), spec, m, who)
-                        : typed_view_message(
-                              Import{f->ptr, f->readonly, f->layout, f->dtype}.unresolved_view(),
-                              spec, m, who);
-          PyErr_SetString(PyExc_TypeError, message.c_str());
-        }
-        return;
-      }
-    } else if (!request && element_strides) {
-      const Layout& layout = cai_array ? cai_array->layout() : f->layout;
-      if (!layout.try_element_strides(element_strides))
-        (void)layout.element_strides();  // throws the rule's message
-    }
-    // Resolve -> wrap.
-    nb::object array = parsed ? std::move(*parsed).wrap() : nb::borrow(h);
-    PyArray& a = cai_array ? *cai_array : *as_py_array(array);
-    if (request && !fitted_before) remember_fit(a, *request, strides, element_strides);
-    describe(a, std::move(array), *out);
+    if (cai_array && request && fitted(*cai_array, *request, element_strides))
+      describe(*cai_array, nb::borrow(h), *out);
+    else
+      fits = import_and_fit(h, cai_array, request, entry ? entry : "cai C API", options, *out,
+                            element_strides);
   });
   return rc != 0 ? -1 : fits;
 }
