@@ -31,6 +31,12 @@ inline void read_args(const char* entry, PyObject* const* args, std::size_t narg
                       PyObject* kwnames, const std::array<PyObject*, N>& names,
                       std::size_t positional, std::size_t required, std::array<PyObject*, N>& out) {
   static_assert(N <= 64, "match_args marks the arguments given in one 64-bit word");
+  // The usual call, by position only: nothing to match (as_cuda_array(a), from_dlpack(p)).
+  const auto nargs = static_cast<std::size_t>(PyVectorcall_NARGS(nargsf));
+  if (!kwnames && nargs >= required && nargs <= positional) {
+    for (std::size_t i = 0; i < nargs; ++i) out[i] = args[i];
+    return;
+  }
   match_args(entry, args, nargsf, kwnames, names, positional, required, out);
 }
 

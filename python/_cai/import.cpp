@@ -448,9 +448,18 @@ nb::object import_dlpack(nb::handle obj, std::optional<bool> copy, bool sync, co
 
 // ----- the entries ------------------------------------------------------------------------------
 
+namespace {
+
+// Out of line: the parsed value's frame is set up only for a foreign array.
+[[gnu::noinline]] nb::object import_foreign(nb::handle obj, bool sync, const char* entry) {
+  return parse_array(obj, sync, entry).wrap();
+}
+
+}  // namespace
+
 nb::object import_array(nb::handle obj, bool sync, const char* entry) {
   if (as_py_array(obj, entry)) return nb::borrow(obj);  // ours, as it is
-  return parse_array(obj, sync, entry).wrap();
+  return import_foreign(obj, sync, entry);
 }
 
 nb::object import_interface(nb::handle desc, nb::handle owner, bool sync, const char* entry) {
