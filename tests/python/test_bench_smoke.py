@@ -185,3 +185,38 @@ def test_compare_runs_interop_under_both_interpreters(tmp_path):
     for key in measured:
         assert f"| {key} | " in out
     assert "1 runs per install" in out
+
+
+def test_targets_in_nanoseconds_are_also_judged_at_this_machines_speed():
+    # NumPy's identity call took twice the reference day's time: a 250 ns limit is judged as
+    # 500 ns in the last column, and a ratio target is judged as it is in both.
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import interop
+    finally:
+        sys.path.pop(0)
+
+    def case(ns):
+        c = interop.Case("pass", {}, None)
+        c.samples = [ns]
+        return c
+
+    def rows(import_ns, peer_ns):
+        return [interop.Row("floor_call", "identity", case(20), "np.asarray(n)",
+                            case(2 * interop.REFERENCE_DAY_IDENTITY_NS)),
+                interop.Row("import", "import", case(import_ns), "np.asarray(obj)", case(peer_ns))]
+
+    def judged(rs):
+        return {label.split(":")[0]: (ok, scaled)
+                for label, _, ok, scaled in interop.targets(rs, None)}
+
+    assert interop.machine_speed(rows(300, 900)) == pytest.approx(2.0)
+    key = "CAI import, stream None"
+    assert judged(rows(300, 900))[key] == (False, True)
+    assert judged(rows(600, 1800))[key] == (False, False)  # over 2 x 250
+    assert judged(rows(200, 300))[key] == (False, False)  # 1.5x NumPy, not 1.7x
+    assert judged(rows(200, 900))[key] == (True, True)
+    text = "\n".join(interop.report(rows(300, 900), interop.targets(rows(300, 900), None),
+                                    None, interop.machine(), type("A", (), {"quick": False,
+                                    "rounds": 1, "min_time": 0.0, "clock": "thread"})()))
+    assert "np.asarray(n) took 52 ns against 26" in text and "times 2.00" in text
