@@ -6,6 +6,7 @@ The C++ benchmarks have their own smoke run (the bench_smoke ctest); when script
 built them, they are also driven through --cpp-bench here.
 """
 
+import importlib
 import json
 import os
 import shutil
@@ -19,6 +20,15 @@ from helpers import ROOT, build_dir
 
 SCRIPT = ROOT / "bench" / "interop.py"
 CPP_BENCH = build_dir("cpp") / "bench" / "cai_bench"
+
+
+def bench_script(name):
+    """A script of bench/ imported as a module (bench/ is not a package)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
 
 
 def read_svg(path):
@@ -108,11 +118,7 @@ def test_footprint_counts_the_lines_a_call_runs():
 def test_pgo_training_runs_every_cai_row_of_the_benchmark():
     # cmake/cai_pgo.cmake runs this with an instrumented _cai; here it runs with the installed
     # one. Every cai row of bench/interop.py that needs no separately built module is run.
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import interop
-    finally:
-        sys.path.pop(0)
+    interop = bench_script("interop")
     nowhere = str(ROOT / "no-such-module")
     expected = [row.key for row in interop.build_rows(caster_dir=nowhere, floor_dir=nowhere)
                 if row.cai is not None and not isinstance(row.cai, interop.Fixed)
@@ -128,11 +134,7 @@ def test_ratios_pair_the_statements_of_each_round():
     # The machine slowed 3x after the first round for cai and after the second for the peer
     # (each ran just before the change): within every round the peer took 1.1x cai's time
     # except the second, where only cai ran slow.
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import interop
-    finally:
-        sys.path.pop(0)
+    interop = bench_script("interop")
 
     def case(samples):
         c = interop.Case("pass", {}, None)
@@ -149,11 +151,7 @@ def test_compare_pairs_the_runs_of_two_installs():
     # bench/compare.py: the machine ran 2x slower for the second pair of runs and 3x for the
     # third; within every pair this install took 1.1x the base's time on "import" and the same
     # on "export". A row missing from one run is left out, not compared with a gap.
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import compare
-    finally:
-        sys.path.pop(0)
+    compare = bench_script("compare")
 
     def runs(imports, exports, missing_in=None):
         return [{"rows": {"import": {"cai": i}, "export": {"cai": e},
@@ -190,11 +188,7 @@ def test_compare_runs_interop_under_both_interpreters(tmp_path):
 def test_targets_in_nanoseconds_are_also_judged_at_this_machines_speed():
     # NumPy's identity call took twice the reference day's time: a 250 ns limit is judged as
     # 500 ns in the last column, and a ratio target is judged as it is in both.
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import interop
-    finally:
-        sys.path.pop(0)
+    interop = bench_script("interop")
 
     def case(ns):
         c = interop.Case("pass", {}, None)
