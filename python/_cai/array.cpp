@@ -304,22 +304,16 @@ PyArray* as_py_array(nb::handle obj, const char* entry) {
 namespace {
 
 // The ml_dtypes module, imported on first need (never when no array of its types is made), or
-// None when it is not installed. Same pattern as numpy_module(): no static guard.
+// None when it is not installed.
 nb::handle ml_dtypes_module() {
   static PyObject* mod = nullptr;
-  if (!mod) {
+  return kept_for_process(mod, []() -> nb::object {
     PyObject* m = PyImport_ImportModule("ml_dtypes");
-    if (!m) {
-      if (!PyErr_ExceptionMatches(PyExc_ImportError)) throw nb::python_error();
-      PyErr_Clear();
-      m = Py_NewRef(Py_None);
-    }
-    if (mod)
-      Py_DECREF(m);
-    else
-      mod = m;
-  }
-  return mod;
+    if (m) return nb::steal(m);
+    if (!PyErr_ExceptionMatches(PyExc_ImportError)) throw nb::python_error();
+    PyErr_Clear();
+    return nb::none();
+  });
 }
 
 // The Extended format of an ml_dtypes dtype (bfloat16, float8_e4m3fn, ...: NumPy reads them
@@ -574,9 +568,10 @@ std::optional<std::string> find_host_mask(nb::handle value, PyTypeObject* masked
 }  // namespace
 
 void refuse_host_mask(nb::handle value, const char* entry) {
-  // Kept from the first call, as numpy_module() is.
-  static nb::handle masked = nb::object(numpy_module().attr("ma").attr("MaskedArray")).release();
-  const auto at = find_host_mask(value, reinterpret_cast<PyTypeObject*>(masked.ptr()), 0);
+  // numpy.ma is imported on first use (by NumPy's module __getattr__).
+  static PyObject* masked = nullptr;
+  kept_for_process(masked, [] { return numpy_module().attr("ma").attr("MaskedArray"); });
+  const auto at = find_host_mask(value, reinterpret_cast<PyTypeObject*>(masked), 0);
   if (!at) return;
   throw_error(Errc::type_error,
               std::string(entry) + ": the host data " + (at->empty() ? "is" : "holds at " + *at) +
@@ -588,18 +583,9 @@ void refuse_host_mask(nb::handle value, const char* entry) {
 nb::object host_value(const char* rule, nb::handle value, nb::handle dt,
                       std::span<const std::int64_t> shape, const char* entry) {
   refuse_host_mask(value, entry);
-  // Kept from the first call, as numpy_module() is: finalizers that write arrays at exit run
-  // when the import system is gone.
   static PyObject* assign = nullptr;
-  if (!assign) {
-    PyObject* m = PyImport_ImportModule("cai._assign");
-    if (!m) throw nb::python_error();
-    if (assign)
-      Py_DECREF(m);
-    else
-      assign = m;
-  }
-  return nb::handle(assign).attr(rule)(value, dt, to_tuple(shape), entry);
+  return kept_for_process(assign, [] { return nb::module_::import_("cai._assign"); })
+      .attr(rule)(value, dt, to_tuple(shape), entry);
 }
 
 void set_from_host(const View& dst, nb::handle host, nb::handle value,

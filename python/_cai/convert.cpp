@@ -142,19 +142,8 @@ nb::tuple to_tuple(std::span<const std::int64_t> values) {
 }
 
 nb::handle numpy_module() {
-  // Constant-initialized, so no guard: the import may release the GIL, and a thread that
-  // waited on a static's guard while holding the GIL would deadlock. Two threads may both
-  // import; they get the same module. Leaked on purpose (it outlives every cai object).
   static PyObject* mod = nullptr;
-  if (!mod) {
-    PyObject* m = PyImport_ImportModule("numpy");
-    if (!m) throw nb::python_error();
-    if (mod)
-      Py_DECREF(m);
-    else
-      mod = m;
-  }
-  return mod;
+  return kept_for_process(mod, [] { return nb::module_::import_("numpy"); });
 }
 
 namespace {

@@ -63,8 +63,22 @@ Dims read_dims(nb::handle o, std::string_view what, DimsForm form);
 /// Shape tuple from values (what Python prints as format_dims does).
 nb::tuple to_tuple(std::span<const std::int64_t> values);
 
-/// The numpy module, imported on first use. Safe from any number of threads at once: no lock
-/// is held while NumPy imports (a function-local static would deadlock, docs/reliability.md).
+/// A Python object made by `make()` on first use and kept for the process (leaked on purpose:
+/// finalizers that run at exit, when the import system is gone, still find it). `slot` is a
+/// constant-initialized static, so no C++ guard is taken: `make` may import, and an import lets
+/// other threads run; one that took the GIL meanwhile and waited on a static's guard would hold
+/// the GIL the import needs back, and every thread would hang (docs/reliability.md). Two threads
+/// may both make it; the first kept wins. Call with the GIL.
+template <class Make>
+nb::handle kept_for_process(PyObject*& slot, Make&& make) {
+  if (!slot) {
+    nb::object made = make();
+    if (!slot) slot = made.release().ptr();
+  }
+  return slot;
+}
+
+/// The numpy module, imported on first use (kept_for_process).
 nb::handle numpy_module();
 
 /// Keeps a Python object alive from C++: the one owner type for every Python object a View,

@@ -8,6 +8,7 @@ import os
 
 os.environ.setdefault("CAI_BACKEND", "sim")
 
+import subprocess  # noqa: E402
 import threading  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
@@ -15,7 +16,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import cai  # noqa: E402
-from helpers import DLWrapper, DictProducer as Producer  # noqa: E402
+from helpers import DLWrapper, DictProducer as Producer, run_isolated  # noqa: E402
 
 THREADS = 8
 
@@ -185,3 +186,35 @@ def test_each_threads_own_mistake_is_still_caught():
         return True
 
     assert all(in_threads(mistake))
+
+
+def test_first_calls_from_many_threads_at_once_do_not_hang():
+    # A fresh interpreter, where numpy.ma is not imported yet: the first host-to-device copies,
+    # from 8 threads released together, import it (cai checks host data for masks). An import
+    # lets other threads run. cai kept the type in a function-local static, and a thread that
+    # took the GIL meanwhile waited on the static's guard holding the GIL that the importing
+    # thread needed back: every thread hung, 5 runs in 5 (convert.h, kept_for_process).
+    code = """
+        import sys, threading
+        import numpy as np
+        import cai
+        assert "numpy.ma" not in sys.modules
+        sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+        barrier = threading.Barrier(8)
+        firsts = []
+        def first_copy(i):
+            barrier.wait()
+            firsts.append(int(cai.to_device(np.full(4, i, np.float32)).copy_to_host()[0]))
+        threads = [threading.Thread(target=first_copy, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(*sorted(firsts))
+    """
+    try:
+        r = run_isolated(code, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("8 threads making their first host-to-device copies at once hung")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(i) for i in range(8)]
