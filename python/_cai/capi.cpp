@@ -207,7 +207,8 @@ std::string host_memory_message(nb::handle obj, const char* who) {
 
 // The C API's import, the caster's per-argument path: a cai array that passed this very
 // request before keeps its answer (the layout, dtype and flags of an array never change), so
-// it costs a type check, a compare and a struct filled in; anything else is import_and_fit.
+// it costs a type check, a compare and a struct filled in, as one asked for with no request
+// and no element strides; anything else is import_and_fit.
 int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char* entry,
                       std::uint32_t options, CaiArrayInfo* out,
                       std::int64_t* element_strides) noexcept {
@@ -216,7 +217,7 @@ int capi_import_array(PyObject* obj, const CaiArrayRequest* request, const char*
     require_size(out->size, sizeof(CaiArrayInfo), "CaiArrayInfo");
     nb::handle h(obj);
     PyArray* cai_array = as_py_array(h);
-    if (cai_array && request && fitted(*cai_array, *request, element_strides))
+    if (cai_array && (request ? fitted(*cai_array, *request, element_strides) : !element_strides))
       describe(*cai_array, nb::borrow(h), *out);
     else
       fits = import_and_fit(h, cai_array, request, entry ? entry : "cai C API", options, *out,
