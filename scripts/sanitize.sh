@@ -188,8 +188,10 @@ step_asan_python() {
     --ignore=tests/python/test_add_extension.py --ignore=tests/python/test_caster.py \
     ${PYTEST_ARGS:-} ${SANITIZE_PYTEST:-tests/python} >"$log" 2>&1
   rc=$?
+  # nanobind's list of instances alive after the interpreter's cleanup exits 0: a failure too.
+  if [ $rc -eq 0 ] && grep -q "^nanobind: leaked" "$log"; then rc=1; fi
   report asan-python $rc "$log" "$(grep -E "passed|failed" "$log" | tail -n 1)" \
-    "ERROR: AddressSanitizer|runtime error:"
+    "ERROR: AddressSanitizer|runtime error:|^nanobind: leaked"
 }
 
 step_tsan() {

@@ -117,7 +117,13 @@ if command -v clang++ >/dev/null 2>&1; then
 fi
 
 section "pytest"
-.venv/bin/python -m pytest -q tests/python
+.venv/bin/python -m pytest -q tests/python 2>&1 | tee build/pytest.log
+# nanobind lists the instances still alive after the interpreter's cleanup: a reference that
+# cai (or a test) never gave back. It prints and exits 0, so the step looks for it.
+if grep -q "^nanobind: leaked" build/pytest.log; then
+  echo "pytest: nanobind reported leaked instances at exit (build/pytest.log)"
+  exit 1
+fi
 
 # NVIDIA's driver-API clients over the simulated driver: numba-cuda's own tests and cai's
 # interop tests with numba-cuda and cuda.core (docs/simulator.md). CLIENTS=0 skips them.

@@ -28,6 +28,13 @@ settings.register_profile(
 settings.load_profile("cai")
 
 
+def pytest_unconfigure(config):
+    """The arrays the foreign producers keep for the process go before exit (helpers.py)."""
+    import helpers
+
+    helpers.TypedDLPack.release_arrays()
+
+
 @pytest.fixture
 def streams():
     """Two non-blocking streams A and B: nothing orders them but events (blocking streams

@@ -205,7 +205,16 @@ class TypedDLPack:
     import may outlive the producer object (a consumer reads the struct again when it
     releases the import; the tests once freed it first)."""
 
-    _kept = []  # every producer made: never freed
+    _kept = []  # every producer made: the structs are never freed
+
+    @classmethod
+    def release_arrays(cls):
+        """At the end of the session (conftest.py): the producers' arrays go, their structs stay.
+        pytest and hypothesis keep the session's objects past the interpreter's cleanup, and
+        through them this module's classes (they stay with cai's calls replaced by no-ops), so
+        arrays kept here were reported by nanobind as leaked at exit."""
+        for producer in cls._kept:
+            producer.base = None
 
     def __init__(self, base, code, bits, padded=True):
         assert base.ndim == 1 and base.is_c_contiguous()
