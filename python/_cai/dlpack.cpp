@@ -198,14 +198,18 @@ Managed* borrow_export(PyArray& a, nb::handle obj, const char* entry) {
 }
 
 // Whether max_version asks for a versioned tensor (major >= 1). Consumers pass one constant
-// tuple from call to call: the last tuple that did is kept (a tuple cannot change), so the
-// same object is not read again.
+// tuple from call to call: the last tuple of two plain ints that did is kept, so the same
+// object is not read again. Only plain ints: they cannot change, and a kept tuple then holds
+// nothing of the caller's (an element with __index__ could answer differently next time, and
+// would live as long as the process).
 bool asks_versioned(nb::handle max_version) {
   static PyObject* last_versioned = nullptr;  // a strong reference, replaced by a newer one
-  if (max_version.ptr() == last_versioned) return true;
+  PyObject* t = max_version.ptr();
+  if (t == last_versioned) return true;
   if (read_int_pair(max_version, "__dlpack__(): max_version").first < 1) return false;
-  if (PyTuple_CheckExact(max_version.ptr()))
-    Py_XSETREF(last_versioned, Py_NewRef(max_version.ptr()));
+  if (PyTuple_CheckExact(t) && PyLong_CheckExact(PyTuple_GET_ITEM(t, 0)) &&
+      PyLong_CheckExact(PyTuple_GET_ITEM(t, 1)))
+    Py_XSETREF(last_versioned, Py_NewRef(t));
   return true;
 }
 

@@ -39,6 +39,26 @@ def test_versioned_and_legacy_capsule_names():
     assert '"dltensor"' in repr(a.__dlpack__(max_version=(0, 8)))
 
 
+def test_max_version_is_read_again_and_not_kept_when_it_is_not_plain_ints():
+    """cai keeps the last max_version tuple it was given, to skip reading it again: only one of
+    plain ints. Elements with __index__ may answer differently on the next call, and a kept
+    tuple would keep the caller's objects alive for the process."""
+    from helpers import Index
+
+    a = dev(np.arange(6.0))
+    major = Index(1)
+    version = (major, Index(3))
+    assert "dltensor_versioned" in repr(a.__dlpack__(max_version=version))
+    major.value = 0  # the same tuple now asks for a legacy tensor
+    assert '"dltensor"' in repr(a.__dlpack__(max_version=version))
+    major.value = 1
+    assert "dltensor_versioned" in repr(a.__dlpack__(max_version=version))
+    gone = weakref.ref(major)
+    del version, major
+    gc.collect()
+    assert gone() is None, "the max_version tuple is still held by cai"
+
+
 def test_dlpack_device_is_cuda():
     assert dev([1.0]).__dlpack_device__() == (kDLCUDA, 0)
 
