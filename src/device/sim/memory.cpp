@@ -21,6 +21,10 @@ namespace cai::device::sim {
 
 namespace {
 
+// CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL of memory the driver does not know, from
+// cuPointerGetAttributes: not the documented "NULL value" but -2, as NVIDIA's driver writes.
+constexpr int kUnknownPointerOrdinal = -2;
+
 std::string range_of(std::uint64_t lo, std::uint64_t hi) {
   // Appended, not `"[" + hex(lo)`: GCC 12 warns (-Wrestrict) of that form once a profile
   // inlines it.
@@ -516,8 +520,9 @@ CUresult SimDriver::cuPointerGetAttributes(unsigned int count, CUpointer_attribu
 
 CUresult SimDriver::attributes_locked(unsigned int count, const CUpointer_attribute* attributes,
                                       void* const* data, CUdeviceptr ptr) {
-  // Memory the driver does not know reads as the defaults (null, zero), not as an error. The
-  // boolean attributes are unsigned ints (4 bytes), as cuda.h documents them.
+  // Memory the driver does not know reads as the defaults (null, zero; the device ordinal -2,
+  // as NVIDIA's driver answers for pointer 0), not as an error. The boolean attributes are
+  // unsigned ints (4 bytes), as cuda.h documents them.
   std::uint64_t base = 0;
   const Allocation* a = find_locked(ptr, ptr + 1, &base);
   const bool host = a && host_kind(a->kind);
@@ -546,7 +551,7 @@ CUresult SimDriver::attributes_locked(unsigned int count, const CUpointer_attrib
         *static_cast<unsigned*>(d) = a && a->kind == Kind::managed ? 1u : 0u;
         break;
       case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *static_cast<int*>(d) = a ? a->device : 0;
+        *static_cast<int*>(d) = a ? a->device : kUnknownPointerOrdinal;
         break;
       case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
         *static_cast<unsigned*>(d) = a && a->kind == Kind::device ? 1u : 0u;

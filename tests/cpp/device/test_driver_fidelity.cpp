@@ -66,6 +66,35 @@ TEST(driver_fidelity, boolean_pointer_attributes_are_written_as_four_byte_unsign
   b->free(device);
 }
 
+TEST(driver_fidelity, unknown_memory_reads_as_defaults_with_device_ordinal_minus_two) {
+  // cuPointerGetAttributes succeeds for a pointer the driver does not know: null and zero
+  // values, except the device ordinal, which NVIDIA's driver gives as -2 (not a device: a
+  // consumer that took 0 would think the memory lives on device 0).
+  auto b = detail::make_sim_backend();
+  const DriverApi& api = detail::state_of(*b).api;
+  const std::uint64_t device = b->alloc(MemoryKind::device, 256);  // its context is current
+  std::vector<char> host(64);
+  for (const std::uint64_t ptr : {std::uint64_t{0}, addr(host.data())}) {
+    unsigned int memory_type = 0xaaaaaaaa;
+    int ordinal = 0x5a5a5a5a;
+    CUcontext ctx = reinterpret_cast<CUcontext>(std::uintptr_t{0xaa});
+    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                   CU_POINTER_ATTRIBUTE_CONTEXT};
+    void* data[] = {&memory_type, &ordinal, &ctx};
+    ASSERT_EQ(api.cuPointerGetAttributes(3, attrs, data, ptr), CUDA_SUCCESS);
+    EXPECT_EQ(memory_type, 0u);
+    EXPECT_EQ(ordinal, -2);
+    EXPECT_EQ(ctx, nullptr);
+  }
+  // Memory it knows has its device's ordinal.
+  int ordinal = -1;
+  ASSERT_EQ(api.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, device),
+            CUDA_SUCCESS);
+  EXPECT_EQ(ordinal, 0);
+  b->free(device);
+}
+
 TEST(driver_fidelity, foreign_device_pinned_and_managed_memory_is_cuda_memory) {
   // Memory of another library (CuPy, PyTorch) over the same driver: asked of the driver,
   // whose 4-byte boolean answers must not land on the memory type read next to them.
