@@ -147,6 +147,24 @@ TEST_P(cuda_backend_test, pointer_attributes) {
   EXPECT_EQ(ui.kind, MemoryKind::unregistered);
   EXPECT_EQ(be_->pointer_info(0).kind, MemoryKind::unregistered);
 
+  // The driver's own answer for memory it does not know, which the simulated driver copies:
+  // memory type 0 and device ordinal -2 from the plural call. A real driver may refuse
+  // instead (the backend takes both as unregistered); the simulated one answers.
+  const cu::DriverApi& api = detail::state_of(*be_).api;
+  for (const std::uint64_t p : {std::uint64_t{0}, addr(pageable.data())}) {
+    unsigned int type = 0xaaaaaaaa;
+    int ordinal = 0x5a5a5a5a;
+    cu::CUpointer_attribute attrs[] = {cu::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                       cu::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    void* data[] = {&type, &ordinal};
+    const cu::CUresult r = api.cuPointerGetAttributes(2, attrs, data, p);
+    if (simulated()) EXPECT_EQ(r, cu::CUDA_SUCCESS);
+    if (r == cu::CUDA_SUCCESS) {
+      EXPECT_EQ(type, 0u) << "pointer " << p;
+      EXPECT_EQ(ordinal, -2) << "pointer " << p;
+    }
+  }
+
   be_->free(0);
   EXPECT_THAT([&] { be_->free(d + 16); },
               ThrowsCaiError(Errc::value_error, HasSubstr("is inside the allocation at")));
