@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -147,21 +148,43 @@ TEST_P(cuda_backend_test, pointer_attributes) {
   EXPECT_EQ(ui.kind, MemoryKind::unregistered);
   EXPECT_EQ(be_->pointer_info(0).kind, MemoryKind::unregistered);
 
+  // Boolean attributes fill a 4-byte unsigned int (every byte written), on whichever driver
+  // runs: a slot the backend read as 1 byte would keep the filler of the other 3.
+  const cu::DriverApi& api = detail::state_of(*be_).api;
+  for (const auto& [p, is_managed, ipc] : {std::tuple{m, 1u, 0u}, std::tuple{d, 0u, 1u}}) {
+    std::uint32_t slots[3];
+    std::memset(slots, 0xaa, sizeof slots);
+    cu::CUpointer_attribute attrs[] = {cu::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                       cu::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                       cu::CU_POINTER_ATTRIBUTE_MAPPED};
+    void* data[] = {&slots[0], &slots[1], &slots[2]};
+    ASSERT_EQ(api.cuPointerGetAttributes(3, attrs, data, p), cu::CUDA_SUCCESS);
+    EXPECT_EQ(slots[0], is_managed) << "pointer " << p;
+    EXPECT_EQ(slots[1], ipc) << "pointer " << p;
+    EXPECT_EQ(slots[2], 1u) << "pointer " << p;
+    std::uint32_t one = 0xaaaaaaaa;
+    ASSERT_EQ(api.cuPointerGetAttribute(&one, cu::CU_POINTER_ATTRIBUTE_IS_MANAGED, p),
+              cu::CUDA_SUCCESS);
+    EXPECT_EQ(one, is_managed) << "pointer " << p;
+  }
+
   // The driver's own answer for memory it does not know, which the simulated driver copies:
   // memory type 0 and device ordinal -2 from the plural call. A real driver may refuse
   // instead (the backend takes both as unregistered); the simulated one answers.
-  const cu::DriverApi& api = detail::state_of(*be_).api;
   for (const std::uint64_t p : {std::uint64_t{0}, addr(pageable.data())}) {
     unsigned int type = 0xaaaaaaaa;
     int ordinal = 0x5a5a5a5a;
+    auto ctx = reinterpret_cast<cu::CUcontext>(std::uintptr_t{0xaa});
     cu::CUpointer_attribute attrs[] = {cu::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                       cu::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
-    void* data[] = {&type, &ordinal};
-    const cu::CUresult r = api.cuPointerGetAttributes(2, attrs, data, p);
+                                       cu::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                       cu::CU_POINTER_ATTRIBUTE_CONTEXT};
+    void* data[] = {&type, &ordinal, &ctx};
+    const cu::CUresult r = api.cuPointerGetAttributes(3, attrs, data, p);
     if (simulated()) EXPECT_EQ(r, cu::CUDA_SUCCESS);
     if (r == cu::CUDA_SUCCESS) {
       EXPECT_EQ(type, 0u) << "pointer " << p;
       EXPECT_EQ(ordinal, -2) << "pointer " << p;
+      EXPECT_EQ(ctx, nullptr) << "pointer " << p;
     }
   }
 

@@ -1,5 +1,5 @@
 // Where the simulated driver does what the real driver documents, and the backend relies on
-// nothing more: boolean pointer attributes, memory freed by cuMemFreeAsync, cuMemGetAddressRange,
+// nothing more: foreign memory's attributes, memory freed by cuMemFreeAsync, cuMemGetAddressRange,
 // virtual-memory reservations (docs/simulator.md, "Where it differs from a real driver").
 
 #include <gtest/gtest.h>
@@ -38,62 +38,8 @@ std::string detail_of(Backend& b) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Boolean pointer attributes.
-
-TEST(driver_fidelity, boolean_pointer_attributes_are_written_as_four_byte_unsigned_ints) {
-  auto b = detail::make_sim_backend();
-  const DriverApi& api = detail::state_of(*b).api;
-  const std::uint64_t managed = b->alloc(MemoryKind::managed, 256);
-  const std::uint64_t device = b->alloc(MemoryKind::device, 256);
-  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                                 CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
-                                 CU_POINTER_ATTRIBUTE_MAPPED};
-  for (const auto& [ptr, is_managed, ipc] :
-       {std::tuple{managed, 1u, 0u}, std::tuple{device, 0u, 1u}}) {
-    // Every byte of each slot is written: none of the filler survives.
-    std::uint32_t slots[3];
-    std::memset(slots, 0xaa, sizeof slots);
-    void* data[] = {&slots[0], &slots[1], &slots[2]};
-    ASSERT_EQ(api.cuPointerGetAttributes(3, attrs, data, ptr), CUDA_SUCCESS);
-    EXPECT_EQ(slots[0], is_managed);
-    EXPECT_EQ(slots[1], ipc);
-    EXPECT_EQ(slots[2], 1u);
-    std::uint32_t one = 0xaaaaaaaa;
-    ASSERT_EQ(api.cuPointerGetAttribute(&one, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr), CUDA_SUCCESS);
-    EXPECT_EQ(one, is_managed);
-  }
-  b->free(managed);
-  b->free(device);
-}
-
-TEST(driver_fidelity, unknown_memory_reads_as_defaults_with_device_ordinal_minus_two) {
-  // cuPointerGetAttributes succeeds for a pointer the driver does not know: null and zero
-  // values, except the device ordinal, which NVIDIA's driver gives as -2 (not a device: a
-  // consumer that took 0 would think the memory lives on device 0).
-  auto b = detail::make_sim_backend();
-  const DriverApi& api = detail::state_of(*b).api;
-  const std::uint64_t device = b->alloc(MemoryKind::device, 256);  // its context is current
-  std::vector<char> host(64);
-  for (const std::uint64_t ptr : {std::uint64_t{0}, addr(host.data())}) {
-    unsigned int memory_type = 0xaaaaaaaa;
-    int ordinal = 0x5a5a5a5a;
-    CUcontext ctx = reinterpret_cast<CUcontext>(std::uintptr_t{0xaa});
-    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                   CU_POINTER_ATTRIBUTE_CONTEXT};
-    void* data[] = {&memory_type, &ordinal, &ctx};
-    ASSERT_EQ(api.cuPointerGetAttributes(3, attrs, data, ptr), CUDA_SUCCESS);
-    EXPECT_EQ(memory_type, 0u);
-    EXPECT_EQ(ordinal, -2);
-    EXPECT_EQ(ctx, nullptr);
-  }
-  // Memory it knows has its device's ordinal.
-  int ordinal = -1;
-  ASSERT_EQ(api.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, device),
-            CUDA_SUCCESS);
-  EXPECT_EQ(ordinal, 0);
-  b->free(device);
-}
+// Pointer attributes. Their byte widths and the answer for memory the driver does not know are
+// asked of both drivers by cuda_backend_test.pointer_attributes (test_backend.cpp).
 
 TEST(driver_fidelity, foreign_device_pinned_and_managed_memory_is_cuda_memory) {
   // Memory of another library (CuPy, PyTorch) over the same driver: asked of the driver,
