@@ -195,6 +195,27 @@ TEST_P(cuda_backend_test, pointer_attributes) {
               ThrowsCaiError(Errc::value_error, HasSubstr("is not CUDA memory")));
 }
 
+TEST_P(cuda_backend_test, host_memory_registered_without_devicemap_has_no_device_pointer) {
+  // What the simulated driver assumes of cuMemHostRegister (test_driver_fidelity.cpp has the
+  // rest), asked of whichever driver runs: with DEVICEMAP, as cai registers, the memory has a
+  // device pointer; without it, it is page-locked for copies only.
+  const cu::DriverApi& api = detail::state_of(*be_).api;
+  constexpr std::size_t kPage = 4096;
+  std::vector<char> buffer(3 * kPage);
+  char* mapped = reinterpret_cast<char*>((addr(buffer.data()) + kPage - 1) / kPage * kPage);
+  char* unmapped = mapped + kPage;
+  be_->host_register(addr(mapped), kPage);
+  cu::CUdeviceptr d = 0;
+  EXPECT_EQ(api.cuMemHostGetDevicePointer(&d, mapped, 0), cu::CUDA_SUCCESS);
+  EXPECT_NE(d, 0u);
+  ASSERT_EQ(api.cuMemHostRegister(unmapped, kPage, cu::kMemHostRegisterPortable), cu::CUDA_SUCCESS);
+  d = 0;
+  EXPECT_EQ(api.cuMemHostGetDevicePointer(&d, unmapped, 0), cu::CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(be_->pointer_info(addr(unmapped)).kind, MemoryKind::pinned_host);
+  EXPECT_EQ(api.cuMemHostUnregister(unmapped), cu::CUDA_SUCCESS);
+  be_->host_unregister(addr(mapped));
+}
+
 TEST_P(cuda_backend_test, plain_copies_and_memset) {
   const std::size_t n = 1 << 16;
   std::vector<std::uint8_t> src = pattern(n, 1);
