@@ -22,7 +22,8 @@ namespace cai::device::sim {
 namespace {
 
 // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL of memory the driver does not know, from
-// cuPointerGetAttributes: not the documented "NULL value" but -2, as NVIDIA's driver writes.
+// cuPointerGetAttributes: not the documented "NULL value" but -2, as NVIDIA's driver was seen
+// to write for pointer 0 (other pointers: cuda_backend_test.pointer_attributes on a GPU).
 constexpr int kUnknownPointerOrdinal = -2;
 
 std::string range_of(std::uint64_t lo, std::uint64_t hi) {
